@@ -1,0 +1,147 @@
+// Command specula runs large language models with speculative decoding.
+//
+// Each subcommand lives in its own file and registers itself in commands; main
+// only dispatches. Exit codes: 0 success, 1 failure (one-line cause on stderr),
+// 2 usage error.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand of the program.
+type command struct {
+	name    string
+	summary string
+	// run executes the subcommand with its arguments (the subcommand name
+	// removed) and returns the process exit code.
+	run func(env *env, args []string) int
+}
+
+// env is what a subcommand may touch: its output streams. Tests build one
+// over buffers.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("specula: duplicate subcommand " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// Exit codes shared by every subcommand.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(dispatch(&env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
+}
+
+func dispatch(e *env, args []string) int {
+	if len(args) == 0 {
+		usage(e.stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return c.run(e, []string{"--help"})
+			}
+		}
+		usage(e.stdout)
+		return exitOK
+	case "-version", "--version", "version":
+		fmt.Fprintln(e.stdout, "specula", version)
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "specula: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return exitUsage
+	}
+	return c.run(e, args[1:])
+}
+
+// version is the program version; release builds set it with -ldflags -X.
+var version = "0.1.0-dev"
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "specula: fast LLM generation by speculative decoding")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: specula <command> [flags] [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'specula <command> --help' for a command's flags.")
+}
+
+// newFlags returns a flag set for a subcommand that reports errors instead of
+// exiting, with a usage line shown by --help.
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: specula %s %s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs, allowing flags after positional arguments
+// (as users of other CLIs expect: `specula run -m x.toml "hi" --json`). It
+// returns the positional arguments, or ok=false with the exit code to use
+// when parsing ended the command (help requested or a usage error). A "--"
+// ends flag parsing.
+func parseFlags(e *env, fs *flag.FlagSet, args []string) (positional []string, code int, ok bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stdout)
+				fs.Usage()
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, 0, true
+		}
+		// fs.Parse consumed a "--" terminator if the argument before rest was one.
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), 0, true
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// fail prints a one-line cause and returns the failure exit code.
+func fail(e *env, cmd string, err error) int {
+	msg := strings.TrimSpace(err.Error())
+	fmt.Fprintf(e.stderr, "specula %s: %s\n", cmd, msg)
+	return exitFailure
+}

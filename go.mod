@@ -1,0 +1,3 @@
+module github.com/specula-dev/specula
+
+go 1.26
