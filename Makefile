@@ -1,0 +1,56 @@
+# specula: `make test` and `make demo` do all set-up on a fresh machine.
+#
+#   make deps      fetch and unpack the pinned MLX wheel into .deps/ (idempotent;
+#                  every other target runs it first)
+#   make build     build bin: build/specula
+#   make test      gofmt check, go vet, all tests, short fuzz runs
+#   make demo      run the embedded demo (random weights, no downloads)
+#   make bench     Go benchmarks
+#
+# MLX_BACKEND=cuda selects the mlx-cuda-13 wheel instead of mlx-cpu.
+
+GO        ?= go
+FUZZTIME  ?= 10s
+GOFILES    = $(shell find . -name '*.go' -not -path './.deps/*' -not -path './build/*')
+
+.PHONY: all deps build test vet fmt-check fuzz-short demo bench clean
+
+all: build
+
+deps:
+	@./scripts/deps.sh
+	@./scripts/shim-stamp.sh
+
+build: deps
+	$(GO) build -o build/specula ./cmd/specula
+
+fmt-check:
+	@out="$$(gofmt -l $(GOFILES))"; \
+	if [ -n "$$out" ]; then echo "gofmt would change these files:"; echo "$$out"; exit 1; fi
+
+vet: deps
+	$(GO) vet ./...
+
+test: deps fmt-check vet
+	$(GO) test ./...
+	@$(MAKE) --no-print-directory fuzz-short
+
+# Short fuzz runs of every parser that reads files (longer: FUZZTIME=5m).
+fuzz-short: deps
+	@for spec in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./.deps' | sort); do \
+	  pkg="./$$(dirname $${spec#./})"; \
+	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$spec); do \
+	    echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+	    $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) >/dev/null || { \
+	      echo "fuzzing $$fn in $$pkg failed:"; $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME); exit 1; }; \
+	  done; \
+	done
+
+demo: build
+	./build/specula demo
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+
+clean:
+	rm -rf build

@@ -1,0 +1,68 @@
+package mlx
+
+/*
+#include "shim/shim.h"
+*/
+import "C"
+
+import "fmt"
+
+// Device is where ops run.
+type Device int
+
+// Devices.
+const (
+	CPU Device = C.SPX_CPU
+	GPU Device = C.SPX_GPU
+)
+
+func (d Device) String() string {
+	if d == GPU {
+		return "gpu"
+	}
+	return "cpu"
+}
+
+// Version is the MLX library version.
+func Version() string { return C.GoString(C.spx_version()) }
+
+// GPUAvailable reports whether this MLX build has a usable GPU backend.
+func GPUAvailable() bool {
+	mustWorker()
+	return gpuAvailable
+}
+
+// CurrentDevice is the device new ops run on.
+func CurrentDevice() Device {
+	mustWorker()
+	return device
+}
+
+// SetDevice makes d the device of new ops. The worker starts on the GPU when
+// the build has one (CPU otherwise, or when SPECULA_DEVICE=cpu).
+func SetDevice(d Device) error {
+	mustWorker()
+	return setDevice(d)
+}
+
+func setDevice(d Device) error {
+	if d == GPU && !gpuAvailable {
+		return fmt.Errorf("mlx: this MLX build has no GPU backend (MLX %s); use the CPU or run `MLX_BACKEND=cuda make deps`", Version())
+	}
+	var s C.spx_stream
+	if err := status(C.spx_default_stream(&s, C.int(d))); err != nil {
+		return err
+	}
+	if err := status(C.spx_set_default_device(C.int(d))); err != nil {
+		return err
+	}
+	defaultStream = s
+	device = d
+	return nil
+}
+
+// Synchronize waits for all work queued on the current stream.
+func Synchronize() error {
+	mustWorker()
+	return status(C.spx_synchronize(defaultStream))
+}

@@ -1,0 +1,142 @@
+// Package mlxtest runs test code on the MLX worker thread.
+//
+// MLX work must run on the worker (package mlx, "Threads"), but testing.T's
+// FailNow calls runtime.Goexit, which must not run on the worker. Run hands
+// the test function a *T whose Fatal and FailNow unwind with a panic that Run
+// turns back into FailNow on the test's own goroutine.
+package mlxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/specula-dev/specula/mlx"
+)
+
+// T is the testing.TB given to functions running on the MLX worker. Its
+// Fatal, Fatalf, FailNow, Skip, Skipf and SkipNow are safe there.
+type T struct {
+	testing.TB
+}
+
+// failNow unwinds a test function on the worker.
+type failNow struct{ skip bool }
+
+// FailNow marks the test failed and stops the function.
+func (t *T) FailNow() {
+	t.TB.Fail()
+	panic(failNow{})
+}
+
+// Fatal logs args and stops the function.
+func (t *T) Fatal(args ...any) {
+	t.TB.Helper()
+	t.TB.Error(args...)
+	panic(failNow{})
+}
+
+// Fatalf logs a formatted message and stops the function.
+func (t *T) Fatalf(format string, args ...any) {
+	t.TB.Helper()
+	t.TB.Errorf(format, args...)
+	panic(failNow{})
+}
+
+// SkipNow stops the function and marks the test skipped.
+func (t *T) SkipNow() { panic(failNow{skip: true}) }
+
+// Skip logs args and skips.
+func (t *T) Skip(args ...any) {
+	t.TB.Log(args...)
+	t.SkipNow()
+}
+
+// Skipf logs a formatted message and skips.
+func (t *T) Skipf(format string, args ...any) {
+	t.TB.Logf(format, args...)
+	t.SkipNow()
+}
+
+// NoErr fails the test at once if err is not nil.
+func (t *T) NoErr(err error) {
+	t.TB.Helper()
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+}
+
+// Run runs fn on the MLX worker inside its own scope. An MLX error left
+// unconsumed when fn returns fails the test.
+func Run(t testing.TB, fn func(t *T)) {
+	t.Helper()
+	tt := &T{TB: t}
+	var stop *failNow
+	err := func() (err error) {
+		defer func() {
+			r := recover()
+			if r == nil {
+				return
+			}
+			var wp *mlx.WorkerPanic
+			if e, ok := r.(error); ok && errors.As(e, &wp) {
+				if f, ok := wp.Value.(failNow); ok {
+					stop = &f
+					return
+				}
+			}
+			panic(r)
+		}()
+		return mlx.Do(context.Background(), func() error {
+			fn(tt)
+			return nil
+		})
+	}()
+	if stop != nil {
+		if stop.skip {
+			t.SkipNow()
+		}
+		t.FailNow()
+	}
+	if err != nil {
+		t.Fatalf("mlx error left unconsumed by the test: %v", err)
+	}
+}
+
+// Float32s evaluates a and returns its values, failing the test on error.
+func (t *T) Float32s(a *mlx.Array) []float32 {
+	t.TB.Helper()
+	v, err := a.Float32s()
+	if err != nil {
+		t.Fatalf("reading %v: %v", a, err)
+	}
+	return v
+}
+
+// Int32s evaluates a and returns its values as int32, failing on error.
+func (t *T) Int32s(a *mlx.Array) []int32 {
+	t.TB.Helper()
+	v, err := a.Int32s()
+	if err != nil {
+		t.Fatalf("reading %v: %v", a, err)
+	}
+	return v
+}
+
+// Eval evaluates the arrays, failing the test on error.
+func (t *T) Eval(arrays ...*mlx.Array) {
+	t.TB.Helper()
+	if err := mlx.Eval(arrays...); err != nil {
+		t.Fatalf("eval: %v", err)
+	}
+}
+
+// Shape fails the test unless a has the given shape.
+func (t *T) Shape(a *mlx.Array, want ...int) {
+	t.TB.Helper()
+	got := a.Shape()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("shape %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,189 @@
+package mlx_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/mlx/mlxtest"
+)
+
+func TestDepthwiseConv1d(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRand(t)
+		const L, C, K = 6, 5, 3
+		x := randTensor(r, 1, L, C).roundF32()
+		w := randTensor(r, C, K, 1).roundF32() // MLX layout [Cout, K, Cin/groups]
+		// Causal depthwise: pad K-1 zeros in front, then valid convolution.
+		want := newTensor(1, L, C)
+		for tt := range L {
+			for c := range C {
+				var s float64
+				for j := range K {
+					src := tt - (K - 1) + j
+					if src >= 0 {
+						s += w.at(c, j, 0) * x.at(0, src, c)
+					}
+				}
+				want.data[want.index([]int{0, tt, c})] = s
+			}
+		}
+		padded := mlx.Pad(x.mlx(), []int{1}, []int{K - 1}, []int{0}, nil)
+		check(t, "conv1d", mlx.Conv1d(padded, w.mlx(), 1, 0, 1, C), want, 1e-5, 1e-6)
+	})
+}
+
+func TestRMSNorm(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRand(t)
+		x := randTensor(r, 3, 8).roundF32()
+		w := randTensor(r, 8).roundF32()
+		const eps = 1e-6
+		want, plain := newTensor(3, 8), newTensor(3, 8)
+		for i := range 3 {
+			var ms float64
+			for j := range 8 {
+				ms += x.at(i, j) * x.at(i, j)
+			}
+			inv := 1 / math.Sqrt(ms/8+eps)
+			for j := range 8 {
+				plain.data[i*8+j] = x.at(i, j) * inv
+				want.data[i*8+j] = x.at(i, j) * inv * w.data[j]
+			}
+		}
+		check(t, "rms_norm", mlx.RMSNorm(x.mlx(), w.mlx(), eps), want, 1e-5, 1e-6)
+		check(t, "rms_norm weightless", mlx.RMSNorm(x.mlx(), nil, eps), plain, 1e-5, 1e-6)
+	})
+}
+
+// ropeRef rotates the first dims features of x [B, H, L, D] at positions
+// offset+l, pairing j with j+dims/2 (neox) or 2j with 2j+1 (traditional).
+func ropeRef(x *tensor, dims int, traditional bool, base float64, offset int) *tensor {
+	out := x.clone()
+	B, H, L, D := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	half := dims / 2
+	for b := range B {
+		for h := range H {
+			for l := range L {
+				pos := float64(offset + l)
+				for j := range half {
+					theta := pos * math.Pow(base, -2*float64(j)/float64(dims))
+					c, s := math.Cos(theta), math.Sin(theta)
+					i1, i2 := j, j+half
+					if traditional {
+						i1, i2 = 2*j, 2*j+1
+					}
+					a1 := x.at(b, h, l, i1)
+					a2 := x.at(b, h, l, i2)
+					out.data[out.index([]int{b, h, l, i1})] = a1*c - a2*s
+					out.data[out.index([]int{b, h, l, i2})] = a1*s + a2*c
+				}
+			}
+		}
+	}
+	_ = D
+	return out
+}
+
+func TestRoPE(t *testing.T) {
+	cases := []struct {
+		name        string
+		dims        int
+		traditional bool
+		offset      int
+	}{
+		{"neox full", 16, false, 0},
+		{"neox partial (Qwen3.5: 64 of 256 dims)", 8, false, 37},
+		{"traditional full", 16, true, 5},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mlxtest.Run(t, func(t *mlxtest.T) {
+				x := randTensor(newRand(t), 1, 2, 5, 16).roundF32()
+				const base = 1e6
+				want := ropeRef(x, c.dims, c.traditional, base, c.offset)
+				check(t, "rope", mlx.RoPE(x.mlx(), c.dims, c.traditional, base, 1, c.offset), want, 1e-4, 1e-5)
+				off := mlx.FromInt32s([]int32{int32(c.offset)}, 1)
+				check(t, "rope dynamic offset", mlx.RoPEDynamic(x.mlx(), c.dims, c.traditional, base, 1, off), want, 1e-4, 1e-5)
+			})
+		})
+	}
+}
+
+// sdpaRef computes attention for q [1, Hq, Lq, D], k/v [1, Hkv, Lk, D] with a
+// visibility function (nil: every key visible).
+func sdpaRef(q, k, v *tensor, scale float64, visible func(i, j int) bool) *tensor {
+	Hq, Lq, D := q.shape[1], q.shape[2], q.shape[3]
+	Hkv, Lk := k.shape[1], k.shape[2]
+	out := newTensor(1, Hq, Lq, D)
+	for h := range Hq {
+		kh := h / (Hq / Hkv)
+		for i := range Lq {
+			scores := make([]float64, Lk)
+			m := math.Inf(-1)
+			for j := range Lk {
+				if visible != nil && !visible(i, j) {
+					scores[j] = math.Inf(-1)
+					continue
+				}
+				var s float64
+				for d := range D {
+					s += q.at(0, h, i, d) * k.at(0, kh, j, d)
+				}
+				scores[j] = s * scale
+				m = math.Max(m, scores[j])
+			}
+			var z float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - m)
+				z += scores[j]
+			}
+			for d := range D {
+				var s float64
+				for j := range Lk {
+					s += scores[j] / z * v.at(0, kh, j, d)
+				}
+				out.data[out.index([]int{0, h, i, d})] = s
+			}
+		}
+	}
+	return out
+}
+
+func TestScaledDotProductAttention(t *testing.T) {
+	const Hq, Hkv, Lq, Lk, D = 4, 2, 3, 7, 8
+	scale := 1 / math.Sqrt(D)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRand(t)
+		q := randTensor(r, 1, Hq, Lq, D).roundF32()
+		k := randTensor(r, 1, Hkv, Lk, D).roundF32()
+		v := randTensor(r, 1, Hkv, Lk, D).roundF32()
+		sdpa := func(m mlx.AttentionMask) *mlx.Array {
+			return mlx.ScaledDotProductAttention(q.mlx(), k.mlx(), v.mlx(), float32(scale), m)
+		}
+		check(t, "no mask (GQA)", sdpa(mlx.AttentionMask{}), sdpaRef(q, k, v, scale, nil), 1e-4, 1e-5)
+		// Causal aligns the queries to the end of the keys: query i sits at key
+		// slot Lk-Lq+i.
+		causal := func(i, j int) bool { return j <= Lk-Lq+i }
+		check(t, "causal", sdpa(mlx.AttentionMask{Causal: true}), sdpaRef(q, k, v, scale, causal), 1e-4, 1e-5)
+		// A boolean mask: a sliding band of width 3 ending at each query.
+		band := func(i, j int) bool { p := Lk - Lq + i; return j <= p && p-j < 3 }
+		vis := make([]bool, Lq*Lk)
+		for i := range Lq {
+			for j := range Lk {
+				vis[i*Lk+j] = band(i, j)
+			}
+		}
+		boolMask := mlx.FromBools(vis, 1, 1, Lq, Lk)
+		check(t, "bool mask", sdpa(mlx.AttentionMask{Array: boolMask}), sdpaRef(q, k, v, scale, band), 1e-4, 1e-5)
+		// The same mask as additive -inf/0 float values.
+		add := make([]float32, Lq*Lk)
+		for i, ok := range vis {
+			if !ok {
+				add[i] = float32(math.Inf(-1))
+			}
+		}
+		addMask := mlx.FromFloat32s(add, 1, 1, Lq, Lk)
+		check(t, "additive mask", sdpa(mlx.AttentionMask{Array: addMask}), sdpaRef(q, k, v, scale, band), 1e-4, 1e-5)
+	})
+}

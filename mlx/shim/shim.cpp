@@ -1,0 +1,820 @@
+// shim.cpp: implementation of shim.h over the MLX C++ API.
+//
+// Every entry point runs inside SPX_TRY/SPX_CATCH so that no C++ exception
+// reaches Go; the message is stored per thread for spx_last_error.
+
+#include "shim.h"
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlx/mlx.h"
+
+namespace mx = mlx::core;
+
+namespace {
+
+thread_local std::string last_error;
+thread_local bool is_worker = false;
+
+const char* const kOffWorker =
+    "mlx: called off the MLX worker thread; MLX streams belong to the OS "
+    "thread that made them, so run MLX work through mlx.Do or mlx.Call";
+
+mx::array& arr(spx_array a) {
+  if (a.ctx == nullptr) {
+    throw std::invalid_argument("mlx shim: empty array handle");
+  }
+  return *static_cast<mx::array*>(a.ctx);
+}
+
+std::optional<mx::array> opt(spx_array a) {
+  if (a.ctx == nullptr) {
+    return std::nullopt;
+  }
+  return *static_cast<mx::array*>(a.ctx);
+}
+
+void assign(spx_array* out, mx::array&& a) {
+  if (out->ctx != nullptr) {
+    *static_cast<mx::array*>(out->ctx) = std::move(a);
+  } else {
+    out->ctx = new mx::array(std::move(a));
+  }
+}
+
+mx::Dtype dtype_of(int d) {
+  switch (d) {
+    case SPX_BOOL: return mx::bool_;
+    case SPX_UINT8: return mx::uint8;
+    case SPX_UINT16: return mx::uint16;
+    case SPX_UINT32: return mx::uint32;
+    case SPX_UINT64: return mx::uint64;
+    case SPX_INT8: return mx::int8;
+    case SPX_INT16: return mx::int16;
+    case SPX_INT32: return mx::int32;
+    case SPX_INT64: return mx::int64;
+    case SPX_FLOAT16: return mx::float16;
+    case SPX_FLOAT32: return mx::float32;
+    case SPX_FLOAT64: return mx::float64;
+    case SPX_BFLOAT16: return mx::bfloat16;
+    case SPX_COMPLEX64: return mx::complex64;
+  }
+  throw std::invalid_argument("mlx shim: unknown dtype code " + std::to_string(d));
+}
+
+int dtype_code(mx::Dtype d) {
+  switch (d.val()) {
+    case mx::Dtype::Val::bool_: return SPX_BOOL;
+    case mx::Dtype::Val::uint8: return SPX_UINT8;
+    case mx::Dtype::Val::uint16: return SPX_UINT16;
+    case mx::Dtype::Val::uint32: return SPX_UINT32;
+    case mx::Dtype::Val::uint64: return SPX_UINT64;
+    case mx::Dtype::Val::int8: return SPX_INT8;
+    case mx::Dtype::Val::int16: return SPX_INT16;
+    case mx::Dtype::Val::int32: return SPX_INT32;
+    case mx::Dtype::Val::int64: return SPX_INT64;
+    case mx::Dtype::Val::float16: return SPX_FLOAT16;
+    case mx::Dtype::Val::float32: return SPX_FLOAT32;
+    case mx::Dtype::Val::float64: return SPX_FLOAT64;
+    case mx::Dtype::Val::bfloat16: return SPX_BFLOAT16;
+    case mx::Dtype::Val::complex64: return SPX_COMPLEX64;
+  }
+  return -1;
+}
+
+mx::Device::DeviceType device_type(int t) {
+  return t == SPX_GPU ? mx::Device::gpu : mx::Device::cpu;
+}
+
+mx::Stream stream(spx_stream s) {
+  return mx::Stream(s.index, mx::Device(device_type(s.device_type), s.device_index));
+}
+
+void put_stream(spx_stream* out, const mx::Stream& s) {
+  out->index = s.index;
+  out->device_type = s.device.type == mx::Device::gpu ? SPX_GPU : SPX_CPU;
+  out->device_index = s.device.index;
+}
+
+mx::Shape shape_of(const int* dims, int n) {
+  return mx::Shape(dims, dims + n);
+}
+
+std::vector<int> ints(const int* v, int n) {
+  return std::vector<int>(v, v + n);
+}
+
+std::vector<mx::array> arrays(const spx_array* a, size_t n) {
+  std::vector<mx::array> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; i++) {
+    out.push_back(arr(a[i]));
+  }
+  return out;
+}
+
+void set_error(const char* msg) {
+  last_error = msg;
+}
+
+// A GPU stream request on a CPU-only library throws a message users cannot
+// act on; name the cause instead.
+void translate_gpu_error(std::string& msg) {
+  if (msg.find("without gpu backend") != std::string::npos ||
+      msg.find("no gpu backend") != std::string::npos) {
+    msg = "this MLX build has no GPU backend (" + msg +
+          "); use the CPU device or install the CUDA backend (MLX_BACKEND=cuda make deps)";
+  }
+}
+
+}  // namespace
+
+#define SPX_TRY            \
+  if (!is_worker) {        \
+    set_error(kOffWorker); \
+    return SPX_OFF_WORKER; \
+  }                        \
+  try {
+#define SPX_CATCH                          \
+  }                                        \
+  catch (const std::exception& e) {        \
+    std::string msg = e.what();            \
+    translate_gpu_error(msg);              \
+    last_error = msg;                      \
+    return SPX_ERROR;                      \
+  }                                        \
+  catch (...) {                            \
+    set_error("unknown C++ exception in MLX"); \
+    return SPX_ERROR;                      \
+  }                                        \
+  return SPX_OK;
+
+extern "C" {
+
+void spx_set_worker_thread(bool on) {
+  is_worker = on;
+}
+
+bool spx_on_worker(void) {
+  return is_worker;
+}
+
+const char* spx_last_error(void) {
+  return last_error.c_str();
+}
+
+const char* spx_version(void) {
+  return mx::version();
+}
+
+int spx_gpu_available(bool* out) {
+  SPX_TRY
+  *out = mx::is_available(mx::Device(mx::Device::gpu));
+  SPX_CATCH
+}
+
+int spx_default_stream(spx_stream* out, int device_type_code) {
+  SPX_TRY
+  put_stream(out, mx::default_stream(mx::Device(device_type(device_type_code))));
+  SPX_CATCH
+}
+
+int spx_new_stream(spx_stream* out, int device_type_code) {
+  SPX_TRY
+  put_stream(out, mx::new_stream(mx::Device(device_type(device_type_code))));
+  SPX_CATCH
+}
+
+int spx_set_default_device(int device_type_code) {
+  SPX_TRY
+  mx::set_default_device(mx::Device(device_type(device_type_code)));
+  SPX_CATCH
+}
+
+int spx_synchronize(spx_stream s) {
+  SPX_TRY
+  mx::synchronize(stream(s));
+  SPX_CATCH
+}
+
+int spx_memory_active(size_t* out) {
+  SPX_TRY
+  *out = mx::get_active_memory();
+  SPX_CATCH
+}
+
+int spx_memory_peak(size_t* out) {
+  SPX_TRY
+  *out = mx::get_peak_memory();
+  SPX_CATCH
+}
+
+int spx_memory_reset_peak(void) {
+  SPX_TRY
+  mx::reset_peak_memory();
+  SPX_CATCH
+}
+
+int spx_memory_cache(size_t* out) {
+  SPX_TRY
+  *out = mx::get_cache_memory();
+  SPX_CATCH
+}
+
+int spx_memory_clear_cache(void) {
+  SPX_TRY
+  mx::clear_cache();
+  SPX_CATCH
+}
+
+int spx_memory_set_limit(size_t* previous, size_t limit) {
+  SPX_TRY
+  *previous = mx::set_memory_limit(limit);
+  SPX_CATCH
+}
+
+int spx_memory_set_cache_limit(size_t* previous, size_t limit) {
+  SPX_TRY
+  *previous = mx::set_cache_limit(limit);
+  SPX_CATCH
+}
+
+int spx_array_free(spx_array a) {
+  SPX_TRY
+  delete static_cast<mx::array*>(a.ctx);
+  SPX_CATCH
+}
+
+int spx_array_from_data(spx_array* out, const void* data, size_t nbytes,
+                        const int* shape, int ndim, int dtype) {
+  SPX_TRY
+  mx::Shape sh = shape_of(shape, ndim);
+  mx::Dtype dt = dtype_of(dtype);
+  size_t want = dt.size();
+  for (int d : sh) {
+    if (d < 0) {
+      throw std::invalid_argument("negative dimension in shape");
+    }
+    want *= static_cast<size_t>(d);
+  }
+  if (want != nbytes) {
+    throw std::invalid_argument("host data has " + std::to_string(nbytes) +
+                                " bytes, shape and dtype need " + std::to_string(want));
+  }
+  // MLX on Linux copies host buffers anyway; do it explicitly into an MLX
+  // allocation so the Go memory is never referenced after this call.
+  auto buf = mx::allocator::malloc(nbytes);
+  if (nbytes > 0) {
+    std::memcpy(buf.buffer().raw_ptr(), data, nbytes);
+  }
+  assign(out, mx::array(std::move(buf), std::move(sh), dt));
+  SPX_CATCH
+}
+
+int spx_array_scalar_float(spx_array* out, double value, int dtype) {
+  SPX_TRY
+  mx::Dtype dt = dtype_of(dtype);
+  assign(out, mx::astype(mx::array(static_cast<float>(value)), dt));
+  SPX_CATCH
+}
+
+int spx_array_scalar_int(spx_array* out, int64_t value, int dtype) {
+  SPX_TRY
+  mx::Dtype dt = dtype_of(dtype);
+  assign(out, mx::astype(mx::array(value, mx::int64), dt));
+  SPX_CATCH
+}
+
+int spx_array_ndim(int* out, spx_array a) {
+  SPX_TRY
+  *out = static_cast<int>(arr(a).ndim());
+  SPX_CATCH
+}
+
+int spx_array_shape(int* out, int cap, spx_array a) {
+  SPX_TRY
+  const auto& sh = arr(a).shape();
+  for (int i = 0; i < cap && i < static_cast<int>(sh.size()); i++) {
+    out[i] = sh[i];
+  }
+  SPX_CATCH
+}
+
+int spx_array_dtype(int* out, spx_array a) {
+  SPX_TRY
+  *out = dtype_code(arr(a).dtype());
+  SPX_CATCH
+}
+
+int spx_array_size(size_t* out, spx_array a) {
+  SPX_TRY
+  *out = arr(a).size();
+  SPX_CATCH
+}
+
+int spx_array_nbytes(size_t* out, spx_array a) {
+  SPX_TRY
+  *out = arr(a).nbytes();
+  SPX_CATCH
+}
+
+int spx_array_read(void* dst, size_t nbytes, spx_array a) {
+  SPX_TRY
+  // Flags are only meaningful once evaluated: evaluate, then copy into a
+  // row-major layout if the result is strided or broadcast.
+  mx::array c = arr(a);
+  c.eval();
+  if (!c.flags().row_contiguous) {
+    c = mx::contiguous(c, false);
+    c.eval();
+  }
+  if (c.nbytes() != nbytes) {
+    throw std::invalid_argument("read of " + std::to_string(nbytes) +
+                                " bytes from an array of " + std::to_string(c.nbytes()));
+  }
+  if (!c.flags().row_contiguous) {
+    throw std::runtime_error("array is not row-contiguous after contiguous()");
+  }
+  if (nbytes > 0) {
+    std::memcpy(dst, c.data<uint8_t>(), nbytes);
+  }
+  SPX_CATCH
+}
+
+int spx_eval(const spx_array* a, size_t n) {
+  SPX_TRY
+  mx::eval(arrays(a, n));
+  SPX_CATCH
+}
+
+int spx_async_eval(const spx_array* a, size_t n) {
+  SPX_TRY
+  mx::async_eval(arrays(a, n));
+  SPX_CATCH
+}
+
+int spx_full(spx_array* out, const int* shape, int ndim, double value,
+             int dtype, spx_stream s) {
+  SPX_TRY
+  mx::Dtype dt = dtype_of(dtype);
+  mx::array v = mx::issubdtype(dt, mx::integer) || dt == mx::bool_
+                    ? mx::array(static_cast<int64_t>(value), mx::int64)
+                    : mx::array(value, mx::float64 == dt ? mx::float64 : mx::float32);
+  assign(out, mx::full(shape_of(shape, ndim), v, dt, stream(s)));
+  SPX_CATCH
+}
+
+int spx_arange(spx_array* out, double start, double stop, double step,
+               int dtype, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::arange(start, stop, step, dtype_of(dtype), stream(s)));
+  SPX_CATCH
+}
+
+int spx_tri(spx_array* out, int n, int m, int k, int dtype, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::tri(n, m, k, dtype_of(dtype), stream(s)));
+  SPX_CATCH
+}
+
+int spx_unary(spx_array* out, int op, spx_array a, spx_stream s) {
+  SPX_TRY
+  const mx::array& x = arr(a);
+  mx::Stream st = stream(s);
+  switch (op) {
+    case SPX_NEGATIVE: assign(out, mx::negative(x, st)); break;
+    case SPX_EXP: assign(out, mx::exp(x, st)); break;
+    case SPX_LOG: assign(out, mx::log(x, st)); break;
+    case SPX_LOG1P: assign(out, mx::log1p(x, st)); break;
+    case SPX_SIGMOID: assign(out, mx::sigmoid(x, st)); break;
+    case SPX_TANH: assign(out, mx::tanh(x, st)); break;
+    case SPX_RSQRT: assign(out, mx::rsqrt(x, st)); break;
+    case SPX_SQRT: assign(out, mx::sqrt(x, st)); break;
+    case SPX_SQUARE: assign(out, mx::square(x, st)); break;
+    case SPX_ABS: assign(out, mx::abs(x, st)); break;
+    case SPX_FLOOR: assign(out, mx::floor(x, st)); break;
+    case SPX_CEIL: assign(out, mx::ceil(x, st)); break;
+    case SPX_SIGN: assign(out, mx::sign(x, st)); break;
+    case SPX_LOGICAL_NOT: assign(out, mx::logical_not(x, st)); break;
+    case SPX_SIN: assign(out, mx::sin(x, st)); break;
+    case SPX_COS: assign(out, mx::cos(x, st)); break;
+    case SPX_ISNAN: assign(out, mx::isnan(x, st)); break;
+    case SPX_ISINF: assign(out, mx::isinf(x, st)); break;
+    case SPX_ERF: assign(out, mx::erf(x, st)); break;
+    case SPX_RECIPROCAL: assign(out, mx::reciprocal(x, st)); break;
+    case SPX_STOP_GRADIENT: assign(out, mx::stop_gradient(x, st)); break;
+    default: throw std::invalid_argument("mlx shim: unknown unary op " + std::to_string(op));
+  }
+  SPX_CATCH
+}
+
+int spx_binary(spx_array* out, int op, spx_array a, spx_array b, spx_stream s) {
+  SPX_TRY
+  const mx::array& x = arr(a);
+  const mx::array& y = arr(b);
+  mx::Stream st = stream(s);
+  switch (op) {
+    case SPX_ADD: assign(out, mx::add(x, y, st)); break;
+    case SPX_SUBTRACT: assign(out, mx::subtract(x, y, st)); break;
+    case SPX_MULTIPLY: assign(out, mx::multiply(x, y, st)); break;
+    case SPX_DIVIDE: assign(out, mx::divide(x, y, st)); break;
+    case SPX_MAXIMUM: assign(out, mx::maximum(x, y, st)); break;
+    case SPX_MINIMUM: assign(out, mx::minimum(x, y, st)); break;
+    case SPX_POWER: assign(out, mx::power(x, y, st)); break;
+    case SPX_LOGADDEXP: assign(out, mx::logaddexp(x, y, st)); break;
+    case SPX_EQUAL: assign(out, mx::equal(x, y, st)); break;
+    case SPX_NOT_EQUAL: assign(out, mx::not_equal(x, y, st)); break;
+    case SPX_LESS: assign(out, mx::less(x, y, st)); break;
+    case SPX_LESS_EQUAL: assign(out, mx::less_equal(x, y, st)); break;
+    case SPX_GREATER: assign(out, mx::greater(x, y, st)); break;
+    case SPX_GREATER_EQUAL: assign(out, mx::greater_equal(x, y, st)); break;
+    case SPX_LOGICAL_AND: assign(out, mx::logical_and(x, y, st)); break;
+    case SPX_LOGICAL_OR: assign(out, mx::logical_or(x, y, st)); break;
+    case SPX_REMAINDER: assign(out, mx::remainder(x, y, st)); break;
+    case SPX_FLOOR_DIVIDE: assign(out, mx::floor_divide(x, y, st)); break;
+    case SPX_MATMUL: assign(out, mx::matmul(x, y, st)); break;
+    default: throw std::invalid_argument("mlx shim: unknown binary op " + std::to_string(op));
+  }
+  SPX_CATCH
+}
+
+int spx_where(spx_array* out, spx_array cond, spx_array x, spx_array y,
+              spx_stream s) {
+  SPX_TRY
+  assign(out, mx::where(arr(cond), arr(x), arr(y), stream(s)));
+  SPX_CATCH
+}
+
+int spx_astype(spx_array* out, spx_array a, int dtype, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::astype(arr(a), dtype_of(dtype), stream(s)));
+  SPX_CATCH
+}
+
+int spx_addmm(spx_array* out, spx_array c, spx_array a, spx_array b,
+              float alpha, float beta, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::addmm(arr(c), arr(a), arr(b), alpha, beta, stream(s)));
+  SPX_CATCH
+}
+
+int spx_reduce(spx_array* out, int op, spx_array a, const int* axes,
+               int naxes, bool keepdims, spx_stream s) {
+  SPX_TRY
+  const mx::array& x = arr(a);
+  std::vector<int> ax = ints(axes, naxes);
+  mx::Stream st = stream(s);
+  switch (op) {
+    case SPX_SUM: assign(out, mx::sum(x, ax, keepdims, st)); break;
+    case SPX_MEAN: assign(out, mx::mean(x, ax, keepdims, st)); break;
+    case SPX_MAX: assign(out, mx::max(x, ax, keepdims, st)); break;
+    case SPX_MIN: assign(out, mx::min(x, ax, keepdims, st)); break;
+    case SPX_PROD: assign(out, mx::prod(x, ax, keepdims, st)); break;
+    case SPX_LOGSUMEXP: assign(out, mx::logsumexp(x, ax, keepdims, st)); break;
+    case SPX_ALL: assign(out, mx::all(x, ax, keepdims, st)); break;
+    case SPX_ANY: assign(out, mx::any(x, ax, keepdims, st)); break;
+    default: throw std::invalid_argument("mlx shim: unknown reduction " + std::to_string(op));
+  }
+  SPX_CATCH
+}
+
+int spx_argmax(spx_array* out, spx_array a, int axis, bool keepdims,
+               spx_stream s) {
+  SPX_TRY
+  assign(out, mx::argmax(arr(a), axis, keepdims, stream(s)));
+  SPX_CATCH
+}
+
+int spx_argmin(spx_array* out, spx_array a, int axis, bool keepdims,
+               spx_stream s) {
+  SPX_TRY
+  assign(out, mx::argmin(arr(a), axis, keepdims, stream(s)));
+  SPX_CATCH
+}
+
+int spx_softmax(spx_array* out, spx_array a, const int* axes, int naxes,
+                bool precise, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::softmax(arr(a), ints(axes, naxes), precise, stream(s)));
+  SPX_CATCH
+}
+
+int spx_topk(spx_array* out, spx_array a, int k, int axis, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::topk(arr(a), k, axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_argpartition(spx_array* out, spx_array a, int kth, int axis,
+                     spx_stream s) {
+  SPX_TRY
+  assign(out, mx::argpartition(arr(a), kth, axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_sort(spx_array* out, spx_array a, int axis, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::sort(arr(a), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_argsort(spx_array* out, spx_array a, int axis, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::argsort(arr(a), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_cumsum(spx_array* out, spx_array a, int axis, bool reverse,
+               bool inclusive, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::cumsum(arr(a), axis, reverse, inclusive, std::nullopt, stream(s)));
+  SPX_CATCH
+}
+
+int spx_reshape(spx_array* out, spx_array a, const int* shape, int ndim,
+                spx_stream s) {
+  SPX_TRY
+  assign(out, mx::reshape(arr(a), shape_of(shape, ndim), stream(s)));
+  SPX_CATCH
+}
+
+int spx_transpose(spx_array* out, spx_array a, const int* axes, int naxes,
+                  spx_stream s) {
+  SPX_TRY
+  assign(out, mx::transpose(arr(a), ints(axes, naxes), stream(s)));
+  SPX_CATCH
+}
+
+int spx_expand_dims(spx_array* out, spx_array a, const int* axes, int naxes,
+                    spx_stream s) {
+  SPX_TRY
+  assign(out, mx::expand_dims(arr(a), ints(axes, naxes), stream(s)));
+  SPX_CATCH
+}
+
+int spx_squeeze(spx_array* out, spx_array a, const int* axes, int naxes,
+                spx_stream s) {
+  SPX_TRY
+  if (naxes == 0) {
+    assign(out, mx::squeeze(arr(a), stream(s)));
+  } else {
+    assign(out, mx::squeeze(arr(a), ints(axes, naxes), stream(s)));
+  }
+  SPX_CATCH
+}
+
+int spx_broadcast_to(spx_array* out, spx_array a, const int* shape, int ndim,
+                     spx_stream s) {
+  SPX_TRY
+  assign(out, mx::broadcast_to(arr(a), shape_of(shape, ndim), stream(s)));
+  SPX_CATCH
+}
+
+int spx_contiguous(spx_array* out, spx_array a, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::contiguous(arr(a), false, stream(s)));
+  SPX_CATCH
+}
+
+int spx_pad(spx_array* out, spx_array a, const int* axes, const int* low,
+            const int* high, int naxes, spx_array value, spx_stream s) {
+  SPX_TRY
+  mx::array v = value.ctx ? arr(value) : mx::array(0);
+  assign(out, mx::pad(arr(a), ints(axes, naxes), shape_of(low, naxes),
+                      shape_of(high, naxes), v, "constant", stream(s)));
+  SPX_CATCH
+}
+
+int spx_concatenate(spx_array* out, const spx_array* a, size_t n, int axis,
+                    spx_stream s) {
+  SPX_TRY
+  assign(out, mx::concatenate(arrays(a, n), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_stack(spx_array* out, const spx_array* a, size_t n, int axis,
+              spx_stream s) {
+  SPX_TRY
+  assign(out, mx::stack(arrays(a, n), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_split(spx_array* outs, spx_array a, const int* indices, int nidx,
+              int axis, spx_stream s) {
+  SPX_TRY
+  auto parts = mx::split(arr(a), shape_of(indices, nidx), axis, stream(s));
+  if (parts.size() != static_cast<size_t>(nidx) + 1) {
+    throw std::runtime_error("split returned an unexpected number of parts");
+  }
+  for (size_t i = 0; i < parts.size(); i++) {
+    assign(&outs[i], std::move(parts[i]));
+  }
+  SPX_CATCH
+}
+
+int spx_slice(spx_array* out, spx_array a, const int* start, const int* stop,
+              const int* strides, int ndim, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::slice(arr(a), shape_of(start, ndim), shape_of(stop, ndim),
+                        shape_of(strides, ndim), stream(s)));
+  SPX_CATCH
+}
+
+int spx_slice_dynamic(spx_array* out, spx_array a, spx_array start,
+                      const int* axes, int naxes, const int* sizes, int ndim,
+                      spx_stream s) {
+  SPX_TRY
+  assign(out, mx::slice(arr(a), arr(start), ints(axes, naxes),
+                        shape_of(sizes, ndim), stream(s)));
+  SPX_CATCH
+}
+
+int spx_slice_update(spx_array* out, spx_array src, spx_array update,
+                     const int* start, const int* stop, const int* strides,
+                     int ndim, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::slice_update(arr(src), arr(update), shape_of(start, ndim),
+                               shape_of(stop, ndim), shape_of(strides, ndim),
+                               stream(s)));
+  SPX_CATCH
+}
+
+int spx_slice_update_dynamic(spx_array* out, spx_array src, spx_array update,
+                             spx_array start, const int* axes, int naxes,
+                             spx_stream s) {
+  SPX_TRY
+  assign(out, mx::slice_update(arr(src), arr(update), arr(start),
+                               ints(axes, naxes), stream(s)));
+  SPX_CATCH
+}
+
+int spx_take(spx_array* out, spx_array a, spx_array indices, int axis,
+             spx_stream s) {
+  SPX_TRY
+  assign(out, mx::take(arr(a), arr(indices), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_take_along_axis(spx_array* out, spx_array a, spx_array indices,
+                        int axis, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::take_along_axis(arr(a), arr(indices), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_put_along_axis(spx_array* out, spx_array a, spx_array indices,
+                       spx_array values, int axis, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::put_along_axis(arr(a), arr(indices), arr(values), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_scatter_add_axis(spx_array* out, spx_array a, spx_array indices,
+                         spx_array values, int axis, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::scatter_add_axis(arr(a), arr(indices), arr(values), axis, stream(s)));
+  SPX_CATCH
+}
+
+int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
+               int padding, int dilation, int groups, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::conv1d(arr(input), arr(weight), stride, padding, dilation,
+                         groups, stream(s)));
+  SPX_CATCH
+}
+
+int spx_rms_norm(spx_array* out, spx_array x, spx_array weight, float eps,
+                 spx_stream s) {
+  SPX_TRY
+  assign(out, mx::fast::rms_norm(arr(x), opt(weight), eps, stream(s)));
+  SPX_CATCH
+}
+
+int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
+             float base, float scale, int offset, spx_array offset_array,
+             spx_stream s) {
+  SPX_TRY
+  if (offset_array.ctx != nullptr) {
+    assign(out, mx::fast::rope(arr(x), dims, traditional, base, scale,
+                               arr(offset_array), std::nullopt, stream(s)));
+  } else {
+    assign(out, mx::fast::rope(arr(x), dims, traditional, base, scale, offset,
+                               std::nullopt, stream(s)));
+  }
+  SPX_CATCH
+}
+
+int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
+             float scale, const char* mask_mode, spx_array mask,
+             spx_array sinks, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::fast::scaled_dot_product_attention(
+                  arr(q), arr(k), arr(v), scale, mask_mode ? mask_mode : "",
+                  opt(mask), opt(sinks), false, stream(s)));
+  SPX_CATCH
+}
+
+int spx_random_key(spx_array* out, uint64_t seed) {
+  SPX_TRY
+  assign(out, mx::random::key(seed));
+  SPX_CATCH
+}
+
+int spx_random_split(spx_array* out, spx_array key, int num, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::random::split(arr(key), num, stream(s)));
+  SPX_CATCH
+}
+
+int spx_random_uniform(spx_array* out, const int* shape, int ndim, int dtype,
+                       spx_array key, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::random::uniform(shape_of(shape, ndim), dtype_of(dtype),
+                                  opt(key), stream(s)));
+  SPX_CATCH
+}
+
+int spx_random_normal(spx_array* out, const int* shape, int ndim, int dtype,
+                      float loc, float scale, spx_array key, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::random::normal(shape_of(shape, ndim), dtype_of(dtype), loc,
+                                 scale, opt(key), stream(s)));
+  SPX_CATCH
+}
+
+int spx_random_categorical(spx_array* out, spx_array logits, int axis,
+                           spx_array key, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::random::categorical(arr(logits), axis, opt(key), stream(s)));
+  SPX_CATCH
+}
+
+namespace {
+struct tensor_map {
+  std::vector<std::string> names;
+  std::vector<mx::array> arrays;
+};
+}  // namespace
+
+int spx_load_safetensors(spx_tensor_map* out, const char* path, spx_stream s) {
+  SPX_TRY
+  auto loaded = mx::load_safetensors(std::string(path), stream(s));
+  // Sort by name so that the order seen from Go is stable.
+  std::map<std::string, mx::array> sorted(loaded.first.begin(), loaded.first.end());
+  auto* m = new tensor_map();
+  for (auto& [name, a] : sorted) {
+    m->names.push_back(name);
+    m->arrays.push_back(a);
+  }
+  out->ctx = m;
+  SPX_CATCH
+}
+
+int spx_tensor_map_size(size_t* out, spx_tensor_map m) {
+  SPX_TRY
+  *out = static_cast<tensor_map*>(m.ctx)->names.size();
+  SPX_CATCH
+}
+
+int spx_tensor_map_get(const char** name, spx_array* a, spx_tensor_map m,
+                       size_t i) {
+  SPX_TRY
+  auto* tm = static_cast<tensor_map*>(m.ctx);
+  if (i >= tm->names.size()) {
+    throw std::out_of_range("tensor map index out of range");
+  }
+  *name = tm->names[i].c_str();
+  assign(a, mx::array(tm->arrays[i]));
+  SPX_CATCH
+}
+
+int spx_tensor_map_free(spx_tensor_map m) {
+  SPX_TRY
+  delete static_cast<tensor_map*>(m.ctx);
+  SPX_CATCH
+}
+
+int spx_save_safetensors(const char* path, const char* const* names,
+                         const spx_array* a, size_t n,
+                         const char* const* meta_keys,
+                         const char* const* meta_values, size_t nmeta) {
+  SPX_TRY
+  std::unordered_map<std::string, mx::array> m;
+  for (size_t i = 0; i < n; i++) {
+    m.insert_or_assign(std::string(names[i]), arr(a[i]));
+  }
+  std::unordered_map<std::string, std::string> meta;
+  for (size_t i = 0; i < nmeta; i++) {
+    meta[meta_keys[i]] = meta_values[i];
+  }
+  mx::save_safetensors(std::string(path), std::move(m), std::move(meta));
+  SPX_CATCH
+}
+
+}  // extern "C"

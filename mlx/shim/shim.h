@@ -1,0 +1,304 @@
+/*
+ * shim.h: specula's C interface over the MLX C++ API.
+ *
+ * Conventions follow mlx-c so that behaviour is predictable from Go:
+ *  - an array is an opaque one-field handle; ctx == NULL is the empty handle,
+ *    used for "none" (optional mask, optional weight, optional key);
+ *  - every function returns an int status (0 ok, 1 MLX error, 2 called off
+ *    the MLX worker thread) and writes results through its first pointer
+ *    arguments; an empty *out is allocated, a non-empty one is reassigned;
+ *  - the stream is the last argument of every op;
+ *  - no C++ exception crosses this boundary: the message of a failure is kept
+ *    in a thread-local buffer read with spx_last_error() right after the call.
+ *
+ * Only C types appear here; C++ stays inside shim.cpp.
+ */
+#ifndef SPECULA_MLX_SHIM_H
+#define SPECULA_MLX_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  void* ctx;
+} spx_array;
+
+/* A stream is a plain value (MLX streams are small value types): the stream
+ * index and its device. */
+typedef struct {
+  int index;
+  int device_type; /* SPX_CPU or SPX_GPU */
+  int device_index;
+} spx_stream;
+
+enum { SPX_CPU = 0, SPX_GPU = 1 };
+
+/* Status codes. */
+enum { SPX_OK = 0, SPX_ERROR = 1, SPX_OFF_WORKER = 2 };
+
+/* Dtypes, numbered by specula (not by MLX). */
+enum {
+  SPX_BOOL = 0,
+  SPX_UINT8 = 1,
+  SPX_UINT16 = 2,
+  SPX_UINT32 = 3,
+  SPX_UINT64 = 4,
+  SPX_INT8 = 5,
+  SPX_INT16 = 6,
+  SPX_INT32 = 7,
+  SPX_INT64 = 8,
+  SPX_FLOAT16 = 9,
+  SPX_FLOAT32 = 10,
+  SPX_FLOAT64 = 11,
+  SPX_BFLOAT16 = 12,
+  SPX_COMPLEX64 = 13,
+};
+
+/* Element-wise unary ops dispatched by spx_unary. */
+enum {
+  SPX_NEGATIVE = 0,
+  SPX_EXP,
+  SPX_LOG,
+  SPX_LOG1P,
+  SPX_SIGMOID,
+  SPX_TANH,
+  SPX_RSQRT,
+  SPX_SQRT,
+  SPX_SQUARE,
+  SPX_ABS,
+  SPX_FLOOR,
+  SPX_CEIL,
+  SPX_SIGN,
+  SPX_LOGICAL_NOT,
+  SPX_SIN,
+  SPX_COS,
+  SPX_ISNAN,
+  SPX_ISINF,
+  SPX_ERF,
+  SPX_RECIPROCAL,
+  SPX_STOP_GRADIENT,
+  SPX_UNARY_COUNT
+};
+
+/* Element-wise binary ops (with NumPy broadcasting) dispatched by spx_binary. */
+enum {
+  SPX_ADD = 0,
+  SPX_SUBTRACT,
+  SPX_MULTIPLY,
+  SPX_DIVIDE,
+  SPX_MAXIMUM,
+  SPX_MINIMUM,
+  SPX_POWER,
+  SPX_LOGADDEXP,
+  SPX_EQUAL,
+  SPX_NOT_EQUAL,
+  SPX_LESS,
+  SPX_LESS_EQUAL,
+  SPX_GREATER,
+  SPX_GREATER_EQUAL,
+  SPX_LOGICAL_AND,
+  SPX_LOGICAL_OR,
+  SPX_REMAINDER,
+  SPX_FLOOR_DIVIDE,
+  SPX_MATMUL,
+  SPX_BINARY_COUNT
+};
+
+/* Reductions over a list of axes dispatched by spx_reduce. */
+enum {
+  SPX_SUM = 0,
+  SPX_MEAN,
+  SPX_MAX,
+  SPX_MIN,
+  SPX_PROD,
+  SPX_LOGSUMEXP,
+  SPX_ALL,
+  SPX_ANY,
+  SPX_REDUCE_COUNT
+};
+
+/* ---- runtime ---------------------------------------------------------- */
+
+/* Marks the calling OS thread as the MLX worker; every other entry point
+ * refuses to run (status 2) on any other thread. */
+void spx_set_worker_thread(bool on);
+/* Reports whether the calling thread is the MLX worker. */
+bool spx_on_worker(void);
+const char* spx_last_error(void);
+const char* spx_version(void);
+int spx_gpu_available(bool* out);
+int spx_default_stream(spx_stream* out, int device_type);
+int spx_new_stream(spx_stream* out, int device_type);
+int spx_set_default_device(int device_type);
+int spx_synchronize(spx_stream s);
+
+/* ---- memory ----------------------------------------------------------- */
+
+int spx_memory_active(size_t* out);
+int spx_memory_peak(size_t* out);
+int spx_memory_reset_peak(void);
+int spx_memory_cache(size_t* out);
+int spx_memory_clear_cache(void);
+int spx_memory_set_limit(size_t* previous, size_t limit);
+int spx_memory_set_cache_limit(size_t* previous, size_t limit);
+
+/* ---- arrays ----------------------------------------------------------- */
+
+int spx_array_free(spx_array a);
+/* Copies nbytes of host data (row-major, little-endian) into a new array. */
+int spx_array_from_data(spx_array* out, const void* data, size_t nbytes,
+                        const int* shape, int ndim, int dtype);
+int spx_array_scalar_float(spx_array* out, double value, int dtype);
+int spx_array_scalar_int(spx_array* out, int64_t value, int dtype);
+int spx_array_ndim(int* out, spx_array a);
+/* Writes min(ndim, cap) dimensions. */
+int spx_array_shape(int* out, int cap, spx_array a);
+int spx_array_dtype(int* out, spx_array a);
+int spx_array_size(size_t* out, spx_array a);
+int spx_array_nbytes(size_t* out, spx_array a);
+/* Evaluates a, makes it row-contiguous and copies exactly nbytes (which must
+ * equal its byte size) into dst. */
+int spx_array_read(void* dst, size_t nbytes, spx_array a);
+
+int spx_eval(const spx_array* arrays, size_t n);
+int spx_async_eval(const spx_array* arrays, size_t n);
+
+/* ---- creation --------------------------------------------------------- */
+
+int spx_full(spx_array* out, const int* shape, int ndim, double value,
+             int dtype, spx_stream s);
+int spx_arange(spx_array* out, double start, double stop, double step,
+               int dtype, spx_stream s);
+int spx_tri(spx_array* out, int n, int m, int k, int dtype, spx_stream s);
+
+/* ---- element-wise ----------------------------------------------------- */
+
+int spx_unary(spx_array* out, int op, spx_array a, spx_stream s);
+int spx_binary(spx_array* out, int op, spx_array a, spx_array b, spx_stream s);
+int spx_where(spx_array* out, spx_array cond, spx_array x, spx_array y,
+              spx_stream s);
+int spx_astype(spx_array* out, spx_array a, int dtype, spx_stream s);
+int spx_addmm(spx_array* out, spx_array c, spx_array a, spx_array b,
+              float alpha, float beta, spx_stream s);
+
+/* ---- reductions and friends ------------------------------------------- */
+
+int spx_reduce(spx_array* out, int op, spx_array a, const int* axes,
+               int naxes, bool keepdims, spx_stream s);
+int spx_argmax(spx_array* out, spx_array a, int axis, bool keepdims,
+               spx_stream s);
+int spx_argmin(spx_array* out, spx_array a, int axis, bool keepdims,
+               spx_stream s);
+int spx_softmax(spx_array* out, spx_array a, const int* axes, int naxes,
+                bool precise, spx_stream s);
+int spx_topk(spx_array* out, spx_array a, int k, int axis, spx_stream s);
+int spx_argpartition(spx_array* out, spx_array a, int kth, int axis,
+                     spx_stream s);
+int spx_sort(spx_array* out, spx_array a, int axis, spx_stream s);
+int spx_argsort(spx_array* out, spx_array a, int axis, spx_stream s);
+int spx_cumsum(spx_array* out, spx_array a, int axis, bool reverse,
+               bool inclusive, spx_stream s);
+
+/* ---- shape ------------------------------------------------------------ */
+
+int spx_reshape(spx_array* out, spx_array a, const int* shape, int ndim,
+                spx_stream s);
+int spx_transpose(spx_array* out, spx_array a, const int* axes, int naxes,
+                  spx_stream s);
+int spx_expand_dims(spx_array* out, spx_array a, const int* axes, int naxes,
+                    spx_stream s);
+int spx_squeeze(spx_array* out, spx_array a, const int* axes, int naxes,
+                spx_stream s);
+int spx_broadcast_to(spx_array* out, spx_array a, const int* shape, int ndim,
+                     spx_stream s);
+int spx_contiguous(spx_array* out, spx_array a, spx_stream s);
+int spx_pad(spx_array* out, spx_array a, const int* axes, const int* low,
+            const int* high, int naxes, spx_array value, spx_stream s);
+int spx_concatenate(spx_array* out, const spx_array* arrays, size_t n,
+                    int axis, spx_stream s);
+int spx_stack(spx_array* out, const spx_array* arrays, size_t n, int axis,
+              spx_stream s);
+/* Splits a at the given indices along axis into nidx+1 parts. */
+int spx_split(spx_array* outs, spx_array a, const int* indices, int nidx,
+              int axis, spx_stream s);
+
+/* ---- indexing --------------------------------------------------------- */
+
+int spx_slice(spx_array* out, spx_array a, const int* start, const int* stop,
+              const int* strides, int ndim, spx_stream s);
+int spx_slice_dynamic(spx_array* out, spx_array a, spx_array start,
+                      const int* axes, int naxes, const int* sizes, int ndim,
+                      spx_stream s);
+int spx_slice_update(spx_array* out, spx_array src, spx_array update,
+                     const int* start, const int* stop, const int* strides,
+                     int ndim, spx_stream s);
+int spx_slice_update_dynamic(spx_array* out, spx_array src, spx_array update,
+                             spx_array start, const int* axes, int naxes,
+                             spx_stream s);
+int spx_take(spx_array* out, spx_array a, spx_array indices, int axis,
+             spx_stream s);
+int spx_take_along_axis(spx_array* out, spx_array a, spx_array indices,
+                        int axis, spx_stream s);
+int spx_put_along_axis(spx_array* out, spx_array a, spx_array indices,
+                       spx_array values, int axis, spx_stream s);
+int spx_scatter_add_axis(spx_array* out, spx_array a, spx_array indices,
+                         spx_array values, int axis, spx_stream s);
+
+/* ---- neural-network ops ----------------------------------------------- */
+
+int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
+               int padding, int dilation, int groups, spx_stream s);
+/* weight may be empty (weightless RMSNorm). */
+int spx_rms_norm(spx_array* out, spx_array x, spx_array weight, float eps,
+                 spx_stream s);
+/* offset_array may be empty, then offset is used. */
+int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
+             float base, float scale, int offset, spx_array offset_array,
+             spx_stream s);
+/* mask_mode: "" or "causal"; mask may be empty; sinks may be empty. */
+int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
+             float scale, const char* mask_mode, spx_array mask,
+             spx_array sinks, spx_stream s);
+
+/* ---- random ----------------------------------------------------------- */
+
+int spx_random_key(spx_array* out, uint64_t seed);
+int spx_random_split(spx_array* out, spx_array key, int num, spx_stream s);
+/* key may be empty (MLX's global generator). */
+int spx_random_uniform(spx_array* out, const int* shape, int ndim, int dtype,
+                       spx_array key, spx_stream s);
+int spx_random_normal(spx_array* out, const int* shape, int ndim, int dtype,
+                      float loc, float scale, spx_array key, spx_stream s);
+int spx_random_categorical(spx_array* out, spx_array logits, int axis,
+                           spx_array key, spx_stream s);
+
+/* ---- safetensors through MLX's own loader ------------------------------ */
+
+/* Loads lazily: arrays are read from the file when evaluated on stream s.
+ * The result is an opaque map read with the accessors below and released
+ * with spx_tensor_map_free. */
+typedef struct {
+  void* ctx;
+} spx_tensor_map;
+int spx_load_safetensors(spx_tensor_map* out, const char* path, spx_stream s);
+int spx_tensor_map_size(size_t* out, spx_tensor_map m);
+/* The i-th entry (in a stable order); *name stays valid until the map is
+ * freed. */
+int spx_tensor_map_get(const char** name, spx_array* arr, spx_tensor_map m,
+                       size_t i);
+int spx_tensor_map_free(spx_tensor_map m);
+int spx_save_safetensors(const char* path, const char* const* names,
+                         const spx_array* arrays, size_t n,
+                         const char* const* meta_keys,
+                         const char* const* meta_values, size_t nmeta);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
