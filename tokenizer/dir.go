@@ -1,0 +1,193 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// File names in a Hugging Face checkpoint folder.
+const (
+	TokenizerFile        = "tokenizer.json"
+	TokenizerConfigFile  = "tokenizer_config.json"
+	GenerationConfigFile = "generation_config.json"
+	ChatTemplateFile     = "chat_template.jinja"
+)
+
+// Dir is a checkpoint folder's tokenizer together with what the folder's
+// config files say about using it.
+type Dir struct {
+	// Tokenizer is read from tokenizer.json.
+	Tokenizer *Tokenizer
+	// EOS holds the ids that end generation, ascending and without repeats:
+	// the union of generation_config.json's eos_token_id (an id or a list)
+	// and the id of tokenizer_config.json's eos_token. Empty if neither file
+	// names one.
+	EOS []int32
+	// ChatTemplate is the Jinja chat template: chat_template.jinja if the
+	// folder has it, else tokenizer_config.json's chat_template; empty if
+	// neither has one.
+	ChatTemplate string
+}
+
+// IsEOS reports whether id ends generation.
+func (d *Dir) IsEOS(id int32) bool {
+	_, found := slices.BinarySearch(d.EOS, id)
+	return found
+}
+
+// LoadDir reads the tokenizer of a checkpoint folder: tokenizer.json (which
+// must exist), tokenizer_config.json and generation_config.json (each
+// optional), and chat_template.jinja (optional).
+func LoadDir(dir string) (*Dir, error) {
+	tok, err := Load(filepath.Join(dir, TokenizerFile))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("tokenizer: %s has no %s; a checkpoint folder needs the Hugging Face tokenizer file", dir, TokenizerFile)
+		}
+		return nil, err
+	}
+	d := &Dir{Tokenizer: tok}
+	eos := map[int32]bool{}
+
+	path := filepath.Join(dir, GenerationConfigFile)
+	if data, ok, err := readOptional(path); err != nil {
+		return nil, err
+	} else if ok {
+		ids, err := parseGenerationEOS(data, path)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			eos[id] = true
+		}
+	}
+
+	path = filepath.Join(dir, TokenizerConfigFile)
+	if data, ok, err := readOptional(path); err != nil {
+		return nil, err
+	} else if ok {
+		token, template, err := parseTokenizerConfig(data, path)
+		if err != nil {
+			return nil, err
+		}
+		if token != "" {
+			id, ok := tok.TokenID(token)
+			if !ok {
+				return nil, fieldError(path, "eos_token", "%q is not a token of %s", token, TokenizerFile)
+			}
+			eos[id] = true
+		}
+		d.ChatTemplate = template
+	}
+
+	path = filepath.Join(dir, ChatTemplateFile)
+	if data, ok, err := readOptional(path); err != nil {
+		return nil, err
+	} else if ok {
+		d.ChatTemplate = string(data)
+	}
+
+	for id := range eos {
+		d.EOS = append(d.EOS, id)
+	}
+	slices.Sort(d.EOS)
+	return d, nil
+}
+
+// readOptional reads a file that may be absent.
+func readOptional(path string) ([]byte, bool, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("tokenizer: %w", err)
+	}
+	return data, true, nil
+}
+
+// parseGenerationEOS reads eos_token_id from generation_config.json: an id,
+// a list of ids, or null.
+func parseGenerationEOS(data []byte, path string) ([]int32, error) {
+	var cfg struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, &FormatError{File: path, Msg: "not valid JSON", Err: jsonContext(data, err)}
+	}
+	if isNull(cfg.EOS) {
+		return nil, nil
+	}
+	var list []int64
+	if bytes.HasPrefix(bytes.TrimSpace(cfg.EOS), []byte("[")) {
+		if err := json.Unmarshal(cfg.EOS, &list); err != nil {
+			return nil, fieldError(path, "eos_token_id", "must be an id or a list of ids, not %s", cfg.EOS)
+		}
+	} else {
+		var one int64
+		if err := json.Unmarshal(cfg.EOS, &one); err != nil {
+			return nil, fieldError(path, "eos_token_id", "must be an id or a list of ids, not %s", cfg.EOS)
+		}
+		list = []int64{one}
+	}
+	ids := make([]int32, 0, len(list))
+	for _, id := range list {
+		if id < 0 || id > maxTokenID {
+			return nil, fieldError(path, "eos_token_id", "id %d is outside 0..%d", id, maxTokenID)
+		}
+		ids = append(ids, int32(id))
+	}
+	return ids, nil
+}
+
+// parseTokenizerConfig reads eos_token (a string, {"content": ...} or null)
+// and chat_template (a string, or a list of {"name", "template"} of which the
+// one named "default" is taken) from tokenizer_config.json.
+func parseTokenizerConfig(data []byte, path string) (eos, template string, err error) {
+	var cfg struct {
+		EOS          json.RawMessage `json:"eos_token"`
+		ChatTemplate json.RawMessage `json:"chat_template"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return "", "", &FormatError{File: path, Msg: "not valid JSON", Err: jsonContext(data, err)}
+	}
+	if !isNull(cfg.EOS) {
+		var obj struct {
+			Content *string `json:"content"`
+		}
+		switch {
+		case json.Unmarshal(cfg.EOS, &eos) == nil:
+		case json.Unmarshal(cfg.EOS, &obj) == nil && obj.Content != nil:
+			eos = *obj.Content
+		default:
+			return "", "", fieldError(path, "eos_token", "must be a string or {\"content\": string}, not %s", cfg.EOS)
+		}
+	}
+	if !isNull(cfg.ChatTemplate) {
+		var named []struct {
+			Name     string `json:"name"`
+			Template string `json:"template"`
+		}
+		switch {
+		case json.Unmarshal(cfg.ChatTemplate, &template) == nil:
+		case json.Unmarshal(cfg.ChatTemplate, &named) == nil:
+			for _, n := range named {
+				if n.Name == "default" {
+					template = n.Template
+				}
+			}
+			if template == "" {
+				return "", "", fieldError(path, "chat_template", "a list of templates needs one named \"default\"")
+			}
+		default:
+			return "", "", fieldError(path, "chat_template", "must be a string or a list of {\"name\", \"template\"}")
+		}
+	}
+	return eos, template, nil
+}

@@ -1,0 +1,538 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// maxTokenID bounds token ids so that a corrupt file cannot make the loader
+// allocate tables for billions of ids. Real vocabularies are below 2^18
+// (Qwen3.5 has 248,320 ids); 2^24 leaves ample room.
+const maxTokenID = 1<<24 - 1
+
+// The JSON shapes of tokenizer.json, as far as this package reads them.
+// Fields it does not read (truncation, padding, offsets settings) are ignored,
+// as they do not change which ids one text encodes to.
+type fileJSON struct {
+	Version       string           `json:"version"`
+	AddedTokens   []addedTokenJSON `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Decoder       json.RawMessage  `json:"decoder"`
+	Model         *modelJSON       `json:"model"`
+}
+
+type addedTokenJSON struct {
+	ID         *int64 `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized *bool  `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+type modelJSON struct {
+	Type                    string           `json:"type"`
+	Dropout                 *float64         `json:"dropout"`
+	UnkToken                *string          `json:"unk_token"`
+	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+	FuseUnk                 bool             `json:"fuse_unk"`
+	ByteFallback            bool             `json:"byte_fallback"`
+	IgnoreMerges            bool             `json:"ignore_merges"`
+	Vocab                   map[string]int64 `json:"vocab"`
+	Merges                  []mergeJSON      `json:"merges"`
+}
+
+// mergeJSON is one merge, written either "left right" (the legacy form) or
+// ["left", "right"].
+type mergeJSON struct {
+	left, right string
+	legacy      string // the legacy string, kept for error messages
+	bad         bool   // a legacy string that is not two space-separated parts
+}
+
+func (m *mergeJSON) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		m.legacy = s
+		parts := strings.Split(s, " ")
+		if len(parts) != 2 {
+			m.bad = true
+			return nil
+		}
+		m.left, m.right = parts[0], parts[1]
+		return nil
+	}
+	var pair []string
+	if err := json.Unmarshal(data, &pair); err != nil {
+		return fmt.Errorf("a merge must be a string \"left right\" or an array [\"left\", \"right\"]")
+	}
+	if len(pair) != 2 {
+		return fmt.Errorf("a merge array must hold 2 strings, not %d", len(pair))
+	}
+	m.left, m.right = pair[0], pair[1]
+	return nil
+}
+
+// component is the common shape of normalizers, pre-tokenizers, decoders
+// and post-processors: a "type" and type-specific fields.
+type component struct {
+	Type           string            `json:"type"`
+	Normalizers    []json.RawMessage `json:"normalizers"`      // Sequence normalizer
+	Pretokenizers  []json.RawMessage `json:"pretokenizers"`    // Sequence pre-tokenizer
+	Processors     []json.RawMessage `json:"processors"`       // Sequence post-processor
+	Decoders       []json.RawMessage `json:"decoders"`         // Sequence decoder
+	Pattern        *patternJSON      `json:"pattern"`          // Split
+	Behavior       string            `json:"behavior"`         // Split
+	Invert         bool              `json:"invert"`           // Split
+	AddPrefixSpace bool              `json:"add_prefix_space"` // ByteLevel
+	UseRegex       *bool             `json:"use_regex"`        // ByteLevel; absent means true
+}
+
+type patternJSON struct {
+	Regex  *string `json:"Regex"`
+	String *string `json:"String"`
+}
+
+// Load reads a Hugging Face tokenizer.json file.
+func Load(path string) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse builds a Tokenizer from the contents of a tokenizer.json file; name
+// (usually the file's path) identifies it in error messages. Errors are
+// *FormatError values naming the offending field.
+func Parse(data []byte, name string) (*Tokenizer, error) {
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, &FormatError{File: name, Msg: "not a valid tokenizer.json", Err: jsonContext(data, err)}
+	}
+	if f.Version != "" && f.Version != "1.0" {
+		return nil, unsupported(name, "version", "format version %q; only \"1.0\" is known", f.Version)
+	}
+	t := &Tokenizer{name: name}
+	if err := t.parseModel(f.Model); err != nil {
+		return nil, err
+	}
+	if err := t.parseNormalizer(f.Normalizer, "normalizer"); err != nil {
+		return nil, err
+	}
+	if err := t.parsePreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if err := t.parseDecoder(f.Decoder, "decoder"); err != nil {
+		return nil, err
+	}
+	if err := t.parsePostProcessor(f.PostProcessor, "post_processor"); err != nil {
+		return nil, err
+	}
+	if err := t.parseAddedTokens(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	t.finish()
+	return t, nil
+}
+
+// jsonContext adds the line and column of a JSON syntax error.
+func jsonContext(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var off int64
+	switch {
+	case errors.As(err, &syn):
+		off = syn.Offset
+	case errors.As(err, &typ):
+		off = typ.Offset
+	default:
+		return err
+	}
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	line := 1 + bytes.Count(data[:off], []byte("\n"))
+	col := int(off) - bytes.LastIndexByte(data[:off], '\n')
+	return fmt.Errorf("line %d, column %d: %w", line, col, err)
+}
+
+// isNull reports whether a raw JSON value is absent or null.
+func isNull(raw json.RawMessage) bool {
+	s := bytes.TrimSpace(raw)
+	return len(s) == 0 || string(s) == "null"
+}
+
+func (t *Tokenizer) parseComponent(raw json.RawMessage, field string) (*component, error) {
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, &FormatError{File: t.name, Field: field, Msg: "must be an object with a \"type\"", Err: err}
+	}
+	if c.Type == "" {
+		return nil, fieldError(t.name, field+".type", "missing")
+	}
+	return &c, nil
+}
+
+func (t *Tokenizer) parseModel(m *modelJSON) error {
+	name := t.name
+	if m == nil {
+		return fieldError(name, "model", "missing: a tokenizer.json needs a model")
+	}
+	if m.Type != "BPE" {
+		if m.Type == "" {
+			return fieldError(name, "model.type", "missing; this package reads BPE models (\"type\": \"BPE\")")
+		}
+		return unsupported(name, "model.type", "model type %q; this package reads byte-level BPE models only (\"BPE\")", m.Type)
+	}
+	if m.Dropout != nil && *m.Dropout != 0 {
+		return unsupported(name, "model.dropout", "BPE dropout %v makes encoding random; set it to null for inference", *m.Dropout)
+	}
+	if len(m.Vocab) == 0 {
+		return fieldError(name, "model.vocab", "missing or empty")
+	}
+	maxID := int64(-1)
+	for tok, id := range m.Vocab {
+		if id < 0 || id > maxTokenID {
+			return fieldError(name, "model.vocab", "token %q has id %d, outside 0..%d", tok, id, maxTokenID)
+		}
+		maxID = max(maxID, id)
+	}
+	t.tokens = make([]string, maxID+1)
+	t.kinds = make([]tokenKind, maxID+1)
+	t.vocab = make(map[string]int32, len(m.Vocab))
+	for tok, id := range m.Vocab {
+		if t.kinds[id] != kindNone {
+			a, b := t.tokens[id], tok
+			if b < a {
+				a, b = b, a
+			}
+			return fieldError(name, "model.vocab", "tokens %q and %q share id %d; each id must name one token", a, b, id)
+		}
+		t.tokens[id] = tok
+		t.kinds[id] = kindModel
+		t.vocab[tok] = int32(id)
+	}
+
+	prefix, suffix := "", ""
+	if m.ContinuingSubwordPrefix != nil {
+		prefix = *m.ContinuingSubwordPrefix
+	}
+	if m.EndOfWordSuffix != nil {
+		suffix = *m.EndOfWordSuffix
+	}
+	b := &bpeModel{unkID: -1, fuseUnk: m.FuseUnk}
+	if m.UnkToken != nil {
+		id, ok := t.vocab[*m.UnkToken]
+		if !ok {
+			return fieldError(name, "model.unk_token", "%q is not in model.vocab", *m.UnkToken)
+		}
+		b.unkID = id
+	}
+	for kind := 0; kind < 4; kind++ {
+		for c := 0; c < 256; c++ {
+			s := string(byteToRune[c])
+			if kind&posFirst == 0 {
+				s = prefix + s
+			}
+			if kind&posLast != 0 {
+				s += suffix
+			}
+			in := &b.initial[kind][c]
+			if id, ok := t.vocab[s]; ok {
+				in.ids = []int32{id}
+				continue
+			}
+			if m.ByteFallback {
+				in.ids = t.byteFallback(s)
+			}
+			in.unknown = in.ids == nil
+		}
+	}
+
+	b.merges = make(map[uint64]mergeTarget, len(m.Merges))
+	for i, mg := range m.Merges {
+		field := fmt.Sprintf("model.merges[%d]", i)
+		if mg.bad {
+			return fieldError(name, field, "%q is not two tokens separated by one space", mg.legacy)
+		}
+		left, ok := t.vocab[mg.left]
+		if !ok {
+			return fieldError(name, field, "token %q is not in model.vocab", mg.left)
+		}
+		right, ok := t.vocab[mg.right]
+		if !ok {
+			return fieldError(name, field, "token %q is not in model.vocab", mg.right)
+		}
+		merged := mg.left + strings.TrimPrefix(mg.right, prefix)
+		id, ok := t.vocab[merged]
+		if !ok {
+			return fieldError(name, field, "merged token %q is not in model.vocab", merged)
+		}
+		// As in Hugging Face's HashMap build, a repeated pair keeps its last rank.
+		b.merges[pairKey(left, right)] = mergeTarget{rank: int32(i), id: id}
+	}
+	if m.IgnoreMerges {
+		b.whole = make(map[string]int32, len(t.vocab))
+		for tok, id := range t.vocab {
+			if raw, ok := unmapToken(tok); ok {
+				b.whole[raw] = id
+			}
+		}
+	}
+	t.model = b
+	return nil
+}
+
+// byteFallback returns the <0xXX> tokens for the bytes of s, or nil unless
+// the vocabulary has all of them.
+func (t *Tokenizer) byteFallback(s string) []int32 {
+	ids := make([]int32, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		id, ok := t.vocab[fmt.Sprintf("<0x%02X>", s[i])]
+		if !ok {
+			return nil
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// unmapToken returns the bytes a vocabulary token stands for, if every
+// character of it is a byte-level character.
+func unmapToken(tok string) (string, bool) {
+	out := make([]byte, 0, len(tok))
+	for _, r := range tok {
+		b, ok := unmapRune(r)
+		if !ok {
+			return "", false
+		}
+		out = append(out, b)
+	}
+	return string(out), true
+}
+
+func (t *Tokenizer) parseNormalizer(raw json.RawMessage, field string) error {
+	if isNull(raw) {
+		return nil
+	}
+	c, err := t.parseComponent(raw, field)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "NFC":
+		t.nfc = true
+		return nil
+	case "Sequence":
+		for i, sub := range c.Normalizers {
+			if err := t.parseNormalizer(sub, fmt.Sprintf("%s.normalizers[%d]", field, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return unsupported(t.name, field+".type", "normalizer %q; supported: NFC, a Sequence of NFC, or null", c.Type)
+}
+
+// preStep is one pre-tokenizer of the pipeline: a Split (split set), or the
+// ByteLevel pre-tokenizer (byteLevel set), which may add a prefix space and
+// split with GPT-2's pattern before its byte mapping.
+type preStep struct {
+	split       splitFunc
+	byteLevel   bool
+	prefixSpace bool
+}
+
+func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {
+	const field = "pre_tokenizer"
+	if isNull(raw) {
+		return unsupported(t.name, field, "missing; a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer")
+	}
+	if err := t.appendPreSteps(raw, field); err != nil {
+		return err
+	}
+	// The byte mapping must come last: a Split after it would see the mapped
+	// text ('Ġ' for a space), and two mappings would map twice.
+	levels := 0
+	for i, s := range t.steps {
+		if s.byteLevel {
+			levels++
+			if i != len(t.steps)-1 || levels > 1 {
+				return unsupported(t.name, field, "a ByteLevel pre-tokenizer must be the last step, and the only one")
+			}
+		}
+	}
+	if levels == 0 {
+		return unsupported(t.name, field, "no ByteLevel step; this package reads byte-level BPE tokenizers only")
+	}
+	return nil
+}
+
+func (t *Tokenizer) appendPreSteps(raw json.RawMessage, field string) error {
+	c, err := t.parseComponent(raw, field)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "Sequence":
+		for i, sub := range c.Pretokenizers {
+			if err := t.appendPreSteps(sub, fmt.Sprintf("%s.pretokenizers[%d]", field, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "ByteLevel":
+		step := preStep{byteLevel: true, prefixSpace: c.AddPrefixSpace}
+		if c.UseRegex == nil || *c.UseRegex {
+			step.split = splitFuncs[patternGPT2]
+		}
+		t.steps = append(t.steps, step)
+		return nil
+	case "Split":
+		if c.Pattern == nil || c.Pattern.Regex == nil {
+			return unsupported(t.name, field+".pattern", "a Split needs a {\"Regex\": ...} pattern here (string patterns are not supported)")
+		}
+		split, ok := splitFuncs[*c.Pattern.Regex]
+		if !ok {
+			return unsupported(t.name, field+".pattern.Regex", "split pattern %q is not one this package implements; known: the Qwen2/Qwen3 pattern, the Qwen3.5 pattern and GPT-2's", *c.Pattern.Regex)
+		}
+		if c.Behavior != "Isolated" {
+			return unsupported(t.name, field+".behavior", "Split behavior %q; only \"Isolated\" is supported", c.Behavior)
+		}
+		if c.Invert {
+			return unsupported(t.name, field+".invert", "an inverted Split is not supported")
+		}
+		t.steps = append(t.steps, preStep{split: split})
+		return nil
+	}
+	return unsupported(t.name, field+".type", "pre-tokenizer %q; supported: ByteLevel, Split (Qwen or GPT-2 patterns) and Sequences of them", c.Type)
+}
+
+func (t *Tokenizer) parseDecoder(raw json.RawMessage, field string) error {
+	if isNull(raw) {
+		return unsupported(t.name, field, "missing; a byte-level tokenizer needs a ByteLevel decoder")
+	}
+	c, err := t.parseComponent(raw, field)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "ByteLevel":
+		return nil
+	case "Sequence":
+		if len(c.Decoders) == 1 {
+			return t.parseDecoder(c.Decoders[0], field+".decoders[0]")
+		}
+	}
+	return unsupported(t.name, field+".type", "decoder %q; only ByteLevel is supported", c.Type)
+}
+
+func (t *Tokenizer) parsePostProcessor(raw json.RawMessage, field string) error {
+	if isNull(raw) {
+		return nil
+	}
+	c, err := t.parseComponent(raw, field)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "ByteLevel": // it only adjusts offsets
+		return nil
+	case "Sequence":
+		for i, sub := range c.Processors {
+			if err := t.parsePostProcessor(sub, fmt.Sprintf("%s.processors[%d]", field, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return unsupported(t.name, field+".type", "post-processor %q would add tokens this package does not add; supported: ByteLevel or null", c.Type)
+}
+
+func (t *Tokenizer) parseAddedTokens(list []addedTokenJSON) error {
+	t.addedByContent = make(map[string]int32, len(list))
+	var maxID int64 = int64(len(t.tokens)) - 1
+	for i, a := range list {
+		field := fmt.Sprintf("added_tokens[%d]", i)
+		if a.ID == nil {
+			return fieldError(t.name, field+".id", "missing")
+		}
+		if *a.ID < 0 || *a.ID > maxTokenID {
+			return fieldError(t.name, field+".id", "%d is outside 0..%d", *a.ID, maxTokenID)
+		}
+		maxID = max(maxID, *a.ID)
+	}
+	for len(t.tokens) <= int(maxID) {
+		t.tokens = append(t.tokens, "")
+		t.kinds = append(t.kinds, kindNone)
+	}
+	for i, a := range list {
+		field := fmt.Sprintf("added_tokens[%d]", i)
+		id := int32(*a.ID)
+		if a.Content == "" {
+			continue // Hugging Face ignores empty added tokens
+		}
+		if prev, dup := t.addedByContent[a.Content]; dup {
+			return fieldError(t.name, field+".content", "%q is already added_tokens entry with id %d", a.Content, prev)
+		}
+		switch t.kinds[id] {
+		case kindModel:
+			if t.tokens[id] != a.Content {
+				return fieldError(t.name, field+".id", "id %d is the model's token %q, not %q", id, t.tokens[id], a.Content)
+			}
+		case kindAdded, kindSpecial:
+			return fieldError(t.name, field+".id", "id %d is also added token %q", id, t.tokens[id])
+		}
+		if vid, ok := t.vocab[a.Content]; ok && vid != id {
+			return fieldError(t.name, field+".id", "%q is the model's token %d, not %d", a.Content, vid, id)
+		}
+		tok := &addedToken{
+			id: id, content: a.Content, special: a.Special, singleWord: a.SingleWord,
+			lstrip: a.LStrip, rstrip: a.RStrip,
+			// Hugging Face's default: special tokens are matched in the raw
+			// text, others in the normalized text.
+			normalized: !a.Special,
+		}
+		if a.Normalized != nil {
+			tok.normalized = *a.Normalized
+		}
+		t.added = append(t.added, tok)
+		t.addedByContent[a.Content] = id
+		t.tokens[id] = a.Content
+		t.kinds[id] = kindAdded
+		if a.Special {
+			t.kinds[id] = kindSpecial
+		}
+	}
+	var raw, normalized []*addedToken
+	for _, a := range t.added {
+		if a.normalized {
+			normalized = append(normalized, a)
+		} else {
+			raw = append(raw, a)
+		}
+	}
+	t.rawAdded = newAddedMatcher(raw, func(a *addedToken) string { return a.content })
+	t.normAdded = newAddedMatcher(normalized, func(a *addedToken) string {
+		if t.nfc {
+			return norm.NFC.String(a.content)
+		}
+		return a.content
+	})
+	return nil
+}
