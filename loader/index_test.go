@@ -1,0 +1,113 @@
+package loader
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseIndex(t *testing.T) {
+	tests := []struct {
+		name      string
+		doc       string
+		shards    []string
+		total     uint64
+		haveTotal bool
+	}{
+		{name: "typical index",
+			doc:    `{"metadata":{"total_size":24},"weight_map":{"a":"m-00001-of-00002.safetensors","b":"m-00002-of-00002.safetensors","c":"m-00001-of-00002.safetensors"}}`,
+			shards: []string{"m-00001-of-00002.safetensors", "m-00002-of-00002.safetensors"}, total: 24, haveTotal: true},
+		{name: "total_size written as a float", doc: `{"metadata":{"total_size":1.6e10},"weight_map":{"a":"x.safetensors"}}`,
+			shards: []string{"x.safetensors"}, total: 16_000_000_000, haveTotal: true},
+		{name: "no metadata, unknown keys skipped", doc: `{"format":{"v":[1,2]},"weight_map":{"a":"sub/x.safetensors"}}`,
+			shards: []string{"sub/x.safetensors"}},
+		{name: "other metadata keys skipped", doc: `{"metadata":{"format":"pt","nested":{"total_size":"no"}},"weight_map":{}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			x, err := parseIndex("i.json", []byte(tc.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := x.Shards(); !slices.Equal(got, tc.shards) {
+				t.Errorf("shards %q, want %q", got, tc.shards)
+			}
+			if x.TotalSize != tc.total || x.HasTotalSize != tc.haveTotal {
+				t.Errorf("total_size %d (%v), want %d (%v)", x.TotalSize, x.HasTotalSize, tc.total, tc.haveTotal)
+			}
+		})
+	}
+}
+
+func TestParseIndexRefuses(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		kind error
+		want string
+	}{
+		{"duplicate top-level key", `{"weight_map":{},"weight_map":{}}`, ErrInvalidIndex, `key "weight_map" appears twice at the top level`},
+		{"duplicate metadata key", `{"metadata":{"total_size":1,"total_size":2},"weight_map":{}}`, ErrInvalidIndex, `key "total_size" appears twice in metadata`},
+		{"shard name not a string", `{"weight_map":{"a":1}}`, ErrInvalidIndex, "weight_map value must be a shard file name, found the number 1"},
+		{"weight_map not an object", `{"weight_map":[]}`, ErrInvalidIndex, "weight_map must be an object"},
+		{"total_size not a number", `{"metadata":{"total_size":"8"},"weight_map":{}}`, ErrInvalidIndex, "metadata.total_size must be a number"},
+		{"negative total_size", `{"metadata":{"total_size":-8},"weight_map":{}}`, ErrInvalidIndex, "metadata.total_size -8 is not a byte count"},
+		{"not JSON", `weight_map`, ErrInvalidIndex, "invalid JSON"},
+		{"trailing text", `{"weight_map":{}} x`, ErrInvalidIndex, "unexpected bytes after the top-level object"},
+		{"not UTF-8", "{\"weight_map\":{\"\xff\":\"x\"}}", ErrInvalidIndex, "not valid UTF-8"},
+		{"absolute shard path", `{"weight_map":{"a":"/etc/x.safetensors"}}`, ErrInvalidShardPath, `"/etc/x.safetensors" (for tensor "a") is absolute`},
+		{"all bad shard paths listed", `{"weight_map":{"a":"../x","b":"ok.safetensors","c":"d\\e"}}`, ErrInvalidShardPath, `"../x" (for tensor "a") leaves the checkpoint folder, "d\\e" (for tensor "c") contains a backslash`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseIndex("i.json", []byte(tc.doc))
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v\nwant %v containing %q", err, tc.kind, tc.want)
+			}
+			if !strings.HasPrefix(err.Error(), "i.json: ") {
+				t.Errorf("message does not start with the file: %q", err)
+			}
+		})
+	}
+}
+
+func TestShardPathConfinement(t *testing.T) {
+	tests := []struct {
+		path string
+		why  string // "" = accepted
+	}{
+		{"model-00001-of-00002.safetensors", ""},
+		{"sub/dir/x.safetensors", ""},
+		{"sub/../x.safetensors", ""}, // stays inside after cleaning
+		{"./x.safetensors", ""},
+		{"..x.safetensors", ""}, // a name starting with dots, not a parent
+		{"../outside.safetensors", "leaves the checkpoint folder"},
+		{"sub/../../x.safetensors", "leaves the checkpoint folder"},
+		{"..", "leaves the checkpoint folder"},
+		{"/abs/x.safetensors", "is absolute"},
+		{`sub\x.safetensors`, "contains a backslash"},
+		{`..\x.safetensors`, "contains a backslash"},
+		{"x\x00.safetensors", "contains a NUL byte"},
+		{"", "is empty"},
+		{".", "names the folder itself"},
+		{"sub/..", "names the folder itself"},
+	}
+	for _, tc := range tests {
+		if got := shardPathProblem(tc.path); got != tc.why {
+			t.Errorf("shardPathProblem(%q) = %q, want %q", tc.path, got, tc.why)
+		}
+	}
+}
+
+// captureLogs routes slog's default logger into a buffer for one test.
+func captureLogs(t *testing.T) *bytes.Buffer {
+	t.Helper()
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return &buf
+}
