@@ -58,15 +58,6 @@ func byteLevelDecode(token string) []byte {
 	return out
 }
 
-// byteLevelEncode returns the vocabulary spelling of the bytes of s.
-func byteLevelEncode(s string) string {
-	out := make([]rune, len(s))
-	for i := 0; i < len(s); i++ {
-		out[i] = byteToRune[s[i]]
-	}
-	return string(out)
-}
-
 // appendLossy appends b to dst as valid UTF-8, replacing each maximal
 // ill-formed subsequence with one U+FFFD, as Rust's String::from_utf8_lossy
 // does (the Unicode Standard's "substitution of maximal subparts"; Go's

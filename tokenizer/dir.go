@@ -13,10 +13,17 @@ import (
 
 // File names in a Hugging Face checkpoint folder.
 const (
-	TokenizerFile        = "tokenizer.json"
-	TokenizerConfigFile  = "tokenizer_config.json"
+	// TokenizerFile is the tokenizer itself: model, normalizer,
+	// pre-tokenizer, added tokens, decoder.
+	TokenizerFile = "tokenizer.json"
+	// TokenizerConfigFile holds transformers' settings: eos_token,
+	// chat_template.
+	TokenizerConfigFile = "tokenizer_config.json"
+	// GenerationConfigFile holds generation defaults: eos_token_id.
 	GenerationConfigFile = "generation_config.json"
-	ChatTemplateFile     = "chat_template.jinja"
+	// ChatTemplateFile is the chat template saved on its own, which newer
+	// checkpoints ship instead of tokenizer_config.json's chat_template.
+	ChatTemplateFile = "chat_template.jinja"
 )
 
 // Dir is a checkpoint folder's tokenizer together with what the folder's

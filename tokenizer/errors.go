@@ -19,6 +19,7 @@ type FormatError struct {
 	Err   error  // the underlying cause, if any (ErrUnsupported, a JSON error)
 }
 
+// Error returns "file: field: message".
 func (e *FormatError) Error() string {
 	where := e.File
 	if e.Field != "" {

@@ -60,6 +60,8 @@ type mergeJSON struct {
 	bad         bool   // a legacy string that is not two space-separated parts
 }
 
+// UnmarshalJSON reads either form; a legacy string that is not two parts is
+// kept (bad) so that the error can name the merge's index.
 func (m *mergeJSON) UnmarshalJSON(data []byte) error {
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 && data[0] == '"' {
@@ -212,6 +214,9 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 		}
 		maxID = max(maxID, id)
 	}
+	if err := checkDense(name, "model.vocab", maxID, len(m.Vocab)); err != nil {
+		return err
+	}
 	t.tokens = make([]string, maxID+1)
 	t.kinds = make([]tokenKind, maxID+1)
 	t.vocab = make(map[string]int32, len(m.Vocab))
@@ -297,6 +302,20 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 	t.model = b
 	return nil
 }
+
+// checkDense rejects ids so sparse that the id tables (sized by the highest
+// id) would dwarf the file: real vocabularies number their tokens densely.
+func checkDense(file, field string, maxID int64, count int) error {
+	if maxID >= 2*int64(count)+maxIDGap {
+		return fieldError(file, field, "the highest id is %d but there are only %d tokens; ids must be numbered densely from 0", maxID, count)
+	}
+	return nil
+}
+
+// maxIDGap is how many unused ids checkDense tolerates beyond twice the
+// number of tokens (checkpoints pad their embedding tables, not their
+// tokenizer files, so real files have at most a few unused ids).
+const maxIDGap = 1 << 16
 
 // byteFallback returns the <0xXX> tokens for the bytes of s, or nil unless
 // the vocabulary has all of them.
@@ -476,6 +495,9 @@ func (t *Tokenizer) parseAddedTokens(list []addedTokenJSON) error {
 			return fieldError(t.name, field+".id", "%d is outside 0..%d", *a.ID, maxTokenID)
 		}
 		maxID = max(maxID, *a.ID)
+	}
+	if err := checkDense(t.name, "added_tokens", maxID, len(t.vocab)+len(list)); err != nil {
+		return err
 	}
 	for len(t.tokens) <= int(maxID) {
 		t.tokens = append(t.tokens, "")

@@ -73,6 +73,13 @@ type tokenizerVectors struct {
 		AddedTokens []json.RawMessage `json:"added_tokens"`
 		Encode      []encodeCase      `json:"encode"`
 	} `json:"flags"`
+	Variants []struct {
+		Name string `json:"name"`
+		// Edits are [path, value] pairs; a path holds object keys and array
+		// indices.
+		Edits  [][2]json.RawMessage `json:"edits"`
+		Encode []encodeCase         `json:"encode"`
+	} `json:"variants"`
 }
 
 type encodeCase struct {

@@ -138,3 +138,54 @@ func TestLegacyMerges(t *testing.T) {
 	}
 	checkEncode(t, tok, v.Encode)
 }
+
+// TestPipelineVariants checks pipelines that Qwen files do not use (GPT-2's
+// ByteLevel regex, prefix spaces, the Qwen3.5 split, ignore_merges) on
+// variants of the synthetic tokenizer, edited as make_vectors.py edited them
+// for the Python reference.
+func TestPipelineVariants(t *testing.T) {
+	var v tokenizerVectors
+	readJSON(t, "testdata/small_vectors.json", &v)
+	if len(v.Variants) == 0 {
+		t.Fatal("small_vectors.json has no variants; rerun testdata/make_vectors.py")
+	}
+	for _, variant := range v.Variants {
+		t.Run(variant.Name, func(t *testing.T) {
+			data := edit(t, func(f map[string]any) {
+				for _, e := range variant.Edits {
+					var path []any
+					var value any
+					if err := json.Unmarshal(e[0], &path); err != nil {
+						t.Fatal(err)
+					}
+					if err := json.Unmarshal(e[1], &value); err != nil {
+						t.Fatal(err)
+					}
+					var node any = f
+					for i, key := range path {
+						last := i == len(path)-1
+						switch k := key.(type) {
+						case string:
+							if last {
+								node.(map[string]any)[k] = value
+							} else {
+								node = node.(map[string]any)[k]
+							}
+						case float64:
+							if last {
+								node.([]any)[int(k)] = value
+							} else {
+								node = node.([]any)[int(k)]
+							}
+						}
+					}
+				}
+			})
+			tok, err := Parse(data, variant.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkEncode(t, tok, variant.Encode)
+		})
+	}
+}

@@ -89,7 +89,7 @@ func (t *Tokenizer) Encode(text string, opts EncodeOptions) []int32 {
 			ids = append(ids, id)
 			return
 		}
-		if t.nfc {
+		if t.nfc && !isASCII(piece) { // ASCII text is always in NFC
 			piece = norm.NFC.String(piece)
 		}
 		t.normAdded.split(piece, opts.SpecialAsText, func(piece string, id int32) {
@@ -101,6 +101,15 @@ func (t *Tokenizer) Encode(text string, opts EncodeOptions) []int32 {
 		})
 	})
 	return ids
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // encodePlain appends the ids of s, text without added tokens.

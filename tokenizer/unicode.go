@@ -35,6 +35,10 @@ func classify(r rune) runeClass {
 
 func classifySlow(r rune) runeClass {
 	switch {
+	case 0x4E00 <= r && r <= 0x9FFF, 0xAC00 <= r && r <= 0xD7A3:
+		// CJK Unified Ideographs and Hangul Syllables, all letters (Lo):
+		// common enough in real text to skip the table searches.
+		return classLetter
 	case unicode.IsSpace(r):
 		return classSpace
 	case unicode.IsLetter(r) || unicode.Is(unicode16Letters, r):

@@ -284,6 +284,39 @@ def flag_vectors(small_dir):
     return {"added_tokens": FLAG_TOKENS, "encode": encode_cases(tok, FLAG_TEXTS)}
 
 
+# Variants of the small tokenizer, each a list of (JSON path, new value) edits,
+# for the pipelines Qwen files do not use but the package supports.
+VARIANTS = [
+    ("gpt2-bytelevel", [(["pre_tokenizer"], {"type": "ByteLevel", "add_prefix_space": False,
+                                              "trim_offsets": True, "use_regex": True}),
+                        (["normalizer"], None)]),
+    ("gpt2-prefix-space", [(["pre_tokenizer"], {"type": "ByteLevel", "add_prefix_space": True,
+                                                 "trim_offsets": True, "use_regex": True})]),
+    ("split-then-prefix-space", [(["pre_tokenizer", "pretokenizers", 1, "add_prefix_space"], True)]),
+    ("qwen35-split", [(["pre_tokenizer", "pretokenizers", 0, "pattern"], {"Regex": PATTERNS["qwen35"]})]),
+    ("ignore-merges", [(["model", "ignore_merges"], True)]),
+]
+
+
+def apply_edits(data, edits):
+    for path, value in edits:
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return data
+
+
+def variant_vectors(small_dir, texts):
+    out = []
+    for name, edits in VARIANTS:
+        with open(os.path.join(small_dir, "tokenizer.json"), encoding="utf-8") as f:
+            data = apply_edits(json.load(f), edits)
+        tok = Tokenizer.from_str(json.dumps(data))
+        out.append({"name": name, "edits": [list(e) for e in edits], "encode": encode_cases(tok, texts)})
+    return out
+
+
 def class_ranges(name):
     """Code point ranges of \\p{name} according to the tokenizers library's Oniguruma."""
     split = pre_tokenizers.Split(Regex(r"\p{%s}" % name), behavior="removed")
@@ -365,6 +398,7 @@ def main():
     small = tokenizer_vectors(os.path.join(args.small, "tokenizer.json"), texts, 13,
                               "testdata/small (BuildSmallBPE, vocabulary 512)")
     small["flags"] = flag_vectors(args.small)
+    small["variants"] = variant_vectors(args.small, CORPUS)
     write(os.path.join(args.out, "small_vectors.json"), small)
 
 
