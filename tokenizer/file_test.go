@@ -52,8 +52,8 @@ func TestParseRejects(t *testing.T) {
 		{name: "shared id", change: func(f map[string]any) { model(f)["vocab"].(map[string]any)["zz"] = 5 }, field: "model.vocab", msg: "share id 5"},
 		{name: "merge of unknown token", change: func(f map[string]any) { model(f)["merges"].([]any)[3] = []any{"nope", "a"} }, field: "model.merges[3]", msg: `"nope"`},
 		{name: "merge result not in vocab", change: func(f map[string]any) { model(f)["merges"].([]any)[0] = []any{"Q", "Z"} }, field: "model.merges[0]", msg: `merged token "QZ"`},
-		{name: "legacy merge with three parts", change: func(f map[string]any) { model(f)["merges"] = []any{"a b c"} }, field: "model.merges[0]", msg: "two tokens"},
-		{name: "merge of one token", change: func(f map[string]any) { model(f)["merges"] = []any{[]any{"a"}} }, msg: "2 strings"},
+		{name: "legacy merge with three parts", change: func(f map[string]any) { model(f)["merges"] = []any{"a b c"} }, field: "model.merges[0]", msg: "not a pair"},
+		{name: "merge of one token", change: func(f map[string]any) { model(f)["merges"] = []any{[]any{"a"}} }, field: "model.merges[0]", msg: "not a pair"},
 		{name: "unk token not in vocab", change: func(f map[string]any) { model(f)["unk_token"] = "<unk>" }, field: "model.unk_token"},
 		{name: "lowercase normalizer", change: func(f map[string]any) { f["normalizer"] = map[string]any{"type": "Lowercase"} }, field: "normalizer.type", unsupported: true},
 		{name: "no pre-tokenizer", change: func(f map[string]any) { f["pre_tokenizer"] = nil }, field: "pre_tokenizer", unsupported: true},
@@ -83,6 +83,11 @@ func TestParseRejects(t *testing.T) {
 		{name: "added tokens sharing an id", change: func(f map[string]any) {
 			f["added_tokens"].([]any)[1].(map[string]any)["id"] = 509
 		}, field: "added_tokens[1].id", msg: "also added token"},
+		{name: "added token leaving a gap", change: func(f map[string]any) {
+			// The tokenizers library would number it 512 (checked with 0.23.3).
+			gap := map[string]any{"id": 600, "content": "<gap>", "special": true}
+			f["added_tokens"] = append(f["added_tokens"].([]any), gap)
+		}, field: "added_tokens[3].id", msg: "numbers it 512"},
 		{name: "added token twice", change: func(f map[string]any) {
 			a := f["added_tokens"].([]any)
 			dup := map[string]any{"id": 600, "content": "<|im_end|>", "special": true}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -187,5 +189,31 @@ func TestPipelineVariants(t *testing.T) {
 			}
 			checkEncode(t, tok, variant.Encode)
 		})
+	}
+}
+
+// TestEncodeConcurrent checks that one Tokenizer serves goroutines at once
+// (run with -race): the word cache is the only shared mutable state.
+func TestEncodeConcurrent(t *testing.T) {
+	var v tokenizerVectors
+	readJSON(t, "testdata/small_vectors.json", &v)
+	tok := smallTokenizer(t)
+	var wg sync.WaitGroup
+	errs := make(chan string, 4*len(v.Encode))
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, c := range v.Encode {
+				if got := tok.Encode(c.Text, EncodeOptions{}); !slices.Equal(got, c.IDs) {
+					errs <- c.Text
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for text := range errs {
+		t.Errorf("concurrent Encode(%q) differs from the reference", text)
 	}
 }

@@ -46,7 +46,7 @@ func TestSplitMatchesPythonRegex(t *testing.T) {
 	}
 }
 
-// TestUnicodeClassesMatchReference checks the letter, number and mark classes
+// TestUnicodeClassesMatchReference checks the letter, number, mark and space classes
 // for every code point against Oniguruma's, as the tokenizers library uses.
 func TestUnicodeClassesMatchReference(t *testing.T) {
 	var v pretokenizeVectors
@@ -55,6 +55,7 @@ func TestUnicodeClassesMatchReference(t *testing.T) {
 		classLetter: v.Classes["L"],
 		classNumber: v.Classes["N"],
 		classMark:   v.Classes["M"],
+		classSpace:  v.Classes["space"],
 	}
 	for cls, ranges := range want {
 		if len(ranges) == 0 {

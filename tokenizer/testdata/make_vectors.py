@@ -13,7 +13,7 @@ the split scanners, from the `regex` module), never from the Go code:
   pretokenize_vectors.json the Qwen2/Qwen3, Qwen3.5 and GPT-2 split patterns
                            applied with `regex.findall` (cross-checked against
                            the tokenizers library's Split), and Oniguruma's
-                           \\p{L}, \\p{N}, \\p{M} classes as code point ranges
+                           \\p{L}, \\p{N}, \\p{M} and \\s classes as code point ranges
 
 Usage (from the repository root, after scripts/fetch-tokenizer.sh):
 
@@ -317,9 +317,9 @@ def variant_vectors(small_dir, texts):
     return out
 
 
-def class_ranges(name):
-    """Code point ranges of \\p{name} according to the tokenizers library's Oniguruma."""
-    split = pre_tokenizers.Split(Regex(r"\p{%s}" % name), behavior="removed")
+def class_ranges(pattern):
+    """Code point ranges that pattern (one character class) matches in the tokenizers library's Oniguruma."""
+    split = pre_tokenizers.Split(Regex(pattern), behavior="removed")
     members = []
     cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
     for i in range(0, len(cps), 20000):
@@ -358,7 +358,8 @@ def pretokenize_vectors(texts):
         "patterns": PATTERNS,
         "regex_tokenizers_mismatches": mismatches,
         "cases": cases,
-        "classes": {name: class_ranges(name) for name in ("L", "N", "M")},
+        "classes": {name: class_ranges(pattern) for name, pattern in
+                    (("L", r"\p{L}"), ("N", r"\p{N}"), ("M", r"\p{M}"), ("space", r"\s"))},
     }
 
 
