@@ -20,6 +20,7 @@ all: build
 deps:
 	@./scripts/deps.sh
 	@./scripts/shim-stamp.sh
+	@./scripts/fetch-tokenizer.sh
 
 build: deps
 	$(GO) build -o build/specula ./cmd/specula

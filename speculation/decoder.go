@@ -1,0 +1,280 @@
+package speculation
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/model"
+)
+
+// PrefillChunk is the number of prompt tokens per prefill forward; cache
+// state is evaluated between chunks so that memory stays bounded.
+const PrefillChunk = 2048
+
+// Prefill writes prompt[:len−1] to the target caches in chunks, reporting
+// each chunk to the draft session, and returns the held-back last token (the
+// decode seed) and the slot it will take (spec 4.10). The prompt must not be
+// empty. ctx is checked between chunks; on cancellation the draft session is
+// settled so the caches stay level.
+func (s *Session) Prefill(ctx context.Context, prompt []int32) (seed int32, position int, err error) {
+	if len(prompt) == 0 {
+		return 0, 0, errors.New("speculation: empty prompt")
+	}
+	defer func() {
+		if s.draft != nil {
+			s.draft.Settle()
+		}
+	}()
+	body := prompt[:len(prompt)-1]
+	for start := 0; start < len(body); start += PrefillChunk {
+		if err := ctx.Err(); err != nil {
+			return 0, start, err
+		}
+		end := min(start+PrefillChunk, len(body))
+		err := mlx.Scope(func() error {
+			ids := mlx.FromInt32s(body[start:end], 1, end-start)
+			_, aux := s.core.cfg.Target.Forward(&model.Batch{InputIDs: ids, SeqOffsets: []int{start}, SeqQueryLens: []int{end - start}}, s.core.cfg.TargetCaches)
+			if s.draft != nil {
+				s.draft.Committed(ids, aux, start)
+			}
+			return mlx.Eval(cacheState(s.core.cfg.TargetCaches)...)
+		})
+		if err != nil {
+			return 0, start, err
+		}
+	}
+	return prompt[len(prompt)-1], len(body), nil
+}
+
+// Decoder emits tokens for one request (spec 5.2–5.4). current is the last
+// emitted token: never forwarded, never returned again.
+type Decoder struct {
+	s        *Session
+	current  int32
+	position int           // slot current will take
+	inner    *plainDecoder // non-nil while parked
+}
+
+// Decoder starts decoding after seed, which will take slot position.
+func (s *Session) Decoder(seed int32, position int) *Decoder {
+	d := &Decoder{s: s, current: seed, position: position}
+	s.decoder = d
+	return d
+}
+
+// Position is the slot the next forwarded token takes.
+func (d *Decoder) Position() int { return d.position }
+
+// Next runs one round and returns the tokens it emits: at least one and at
+// most remaining (>= 1).
+func (d *Decoder) Next(remaining int) ([]int32, error) {
+	s := d.s
+	if d.inner != nil && s.limit > 0 {
+		// Resume: drain the plain decoder's in-flight sample; closing it
+		// settles the draft session, so the next proposal is primed.
+		tok, pos, err := d.inner.drain()
+		d.inner.close()
+		d.inner = nil
+		if err != nil {
+			return nil, err
+		}
+		s.stats.round(0, 0, time.Now())
+		s.untimedNext = true
+		d.current, d.position = tok, pos
+		s.sampler.Commit([]int32{tok})
+		return []int32{tok}, nil
+	}
+	s.beginRound()
+	var cand *Candidates
+	if s.limit > 0 && remaining > 1 && s.draft != nil {
+		cand = s.draft.Propose(mlx.FromInt32s([]int32{d.current}, 1), min(s.limit, remaining-1))
+		if cand != nil {
+			// Let the draft run while the host builds the verification.
+			_ = mlx.AsyncEval(cand.Arrays()...)
+		}
+	}
+	if cand == nil {
+		faulted := ""
+		if f, ok := s.draft.(Faulted); ok && s.draft != nil {
+			if faulted = f.FaultReason(); faulted != "" {
+				// A fault lasts for the request: stay parked.
+				s.limit, s.trains = 0, false
+			}
+		}
+		s.stats.fallback(s.fallbackReason(remaining, faulted))
+		if d.inner == nil {
+			d.inner = &plainDecoder{s: s, current: d.current, position: d.position}
+		}
+		tok, err := d.inner.next()
+		if err != nil {
+			return nil, err
+		}
+		s.endRound(0, 0, 0)
+		return []int32{tok}, nil
+	}
+	v, err := s.accept(d.position, d.current, cand)
+	if err != nil {
+		return nil, err
+	}
+	s.endRound(cand.N(), v.accepted, v.observed)
+	d.position += 1 + v.keep
+	d.current = v.tokens[len(v.tokens)-1]
+	out := v.tokens
+	return out, nil
+}
+
+// Close ends decoding; a parked decoder drops its in-flight sample.
+func (d *Decoder) Close() {
+	if d.inner != nil {
+		d.inner.close()
+		d.inner = nil
+	}
+	if d.s.decoder == d {
+		d.s.decoder = nil
+	}
+}
+
+// plainDecoder is the pipelined plain decoder used while parked: it
+// dispatches the forward and sample of token t+1 before the host reads token
+// t, so the device runs one step ahead.
+type plainDecoder struct {
+	s        *Session
+	current  int32 // first token to forward
+	position int
+	started  bool
+
+	inflight    *mlx.Array // sampled [1] int32, not yet forwarded (pinned)
+	inflightPos int        // the slot inflight will take
+}
+
+// step forwards tok (a [1] int32 array, host-known or lazy) at pos, reports
+// it to the draft session and samples the next token; chain is tok when the
+// sampler has not seen it yet.
+func (p *plainDecoder) step(tok *mlx.Array, pos int, chain *mlx.Array) *mlx.Array {
+	cfg := &p.s.core.cfg
+	ids := mlx.Reshape(tok, 1, 1)
+	hidden, aux := cfg.Target.Forward(&model.Batch{InputIDs: ids, SeqOffsets: []int{pos}, SeqQueryLens: []int{1}}, cfg.TargetCaches)
+	if p.s.draft != nil {
+		p.s.draft.Committed(ids, aux, pos)
+	}
+	logits := cfg.Target.Unembed(hidden)
+	return p.s.sampler.Sample(mlx.Reshape(logits, 1, logits.Dim(-1)), chain)
+}
+
+// next emits one token.
+func (p *plainDecoder) next() (int32, error) {
+	var t *mlx.Array
+	var pos int
+	if !p.started {
+		p.started = true
+		t = p.step(mlx.FromInt32s([]int32{p.current}, 1), p.position, nil)
+		pos = p.position + 1
+	} else {
+		t, pos = p.inflight, p.inflightPos
+	}
+	next := p.step(t, pos, t)
+	mlx.Pin(next)
+	if p.inflight != nil {
+		mlx.Unpin(p.inflight)
+	}
+	p.inflight, p.inflightPos = next, pos+1
+	_ = mlx.AsyncEval(next)
+	v, err := t.Int32s()
+	if err != nil {
+		return 0, err
+	}
+	p.s.sampler.Commit(v[:1])
+	return v[0], nil
+}
+
+// drain returns the in-flight sample and its slot, starting the decoder if it
+// never ran.
+func (p *plainDecoder) drain() (int32, int, error) {
+	if !p.started {
+		// Parked and resumed without a plain step: nothing in flight, so
+		// sample after current directly.
+		p.started = true
+		t := p.step(mlx.FromInt32s([]int32{p.current}, 1), p.position, nil)
+		v, err := t.Int32s()
+		if err != nil {
+			return 0, 0, err
+		}
+		return v[0], p.position + 1, nil
+	}
+	v, err := p.inflight.Int32s()
+	if err != nil {
+		return 0, 0, err
+	}
+	return v[0], p.inflightPos, nil
+}
+
+// close discards the in-flight sample and settles the draft session.
+func (p *plainDecoder) close() {
+	if p.inflight != nil {
+		mlx.Unpin(p.inflight)
+		p.inflight = nil
+	}
+	if p.s.draft != nil {
+		p.s.draft.Settle()
+	}
+}
+
+// DoneReason says why decoding stopped.
+type DoneReason string
+
+// Done reasons.
+const (
+	DoneStop   DoneReason = "stop"   // an EOS token
+	DoneLength DoneReason = "length" // the token budget
+)
+
+// Result is what Run produced.
+type Result struct {
+	// Tokens are every emitted token in order, a final EOS included.
+	Tokens []int32
+	// Reason is why decoding stopped.
+	Reason DoneReason
+}
+
+// Run decodes with d until an EOS token or budget tokens, calling emit for
+// every emitted token except a final EOS. ctx is checked between rounds; a
+// cancelled run returns ctx.Err() with the caches consistent. Arrays made by
+// a round and not pinned are swept after it.
+func Run(ctx context.Context, d *Decoder, budget int, emit func(tok int32) error) (Result, error) {
+	var res Result
+	for len(res.Tokens) < budget {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		toks, err := d.Next(budget - len(res.Tokens))
+		mlx.Sweep()
+		if err != nil {
+			return res, err
+		}
+		for _, tok := range toks {
+			res.Tokens = append(res.Tokens, tok)
+			if d.s.core.IsEOS(tok) {
+				res.Reason = DoneStop
+				return res, nil
+			}
+			if err := emit(tok); err != nil {
+				return res, err
+			}
+		}
+	}
+	res.Reason = DoneLength
+	return res, nil
+}
+
+func cacheState(caches []cache.Cache) []*mlx.Array {
+	var out []*mlx.Array
+	for _, c := range caches {
+		if c != nil {
+			out = append(out, c.State()...)
+		}
+	}
+	return out
+}

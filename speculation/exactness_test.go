@@ -1,0 +1,346 @@
+package speculation
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/mlx/mlxtest"
+	"github.com/specula-dev/specula/model"
+	"github.com/specula-dev/specula/sample"
+)
+
+// Exactness: whatever the draft proposes, speculative output equals the
+// target's own greedy output token for token, and sampled output follows the
+// target's distribution.
+
+// markovTarget's next-token logits depend only on the current token:
+// logits[id] is a fixed row of table.
+type markovTarget struct {
+	table [][]float32 // [V][V]
+}
+
+func (m *markovTarget) LoadWeights(map[string]*mlx.Array) error { return nil }
+func (m *markovTarget) NewCaches() []cache.Cache                { return nil }
+func (m *markovTarget) Info() model.Info                        { return model.Info{VocabSize: len(m.table)} }
+func (m *markovTarget) Unembed(h *mlx.Array) *mlx.Array         { return h }
+func (m *markovTarget) Forward(b *model.Batch, caches []cache.Cache) (*mlx.Array, *mlx.Array) {
+	ids := ints(b.InputIDs)
+	caches[0].(*recordingCache).feed(ids)
+	h := rowsOf(m.table, ids)
+	return h, h
+}
+
+func rowsOf(table [][]float32, ids []int32) *mlx.Array {
+	v := make([]float32, 0, len(ids)*len(table))
+	for _, id := range ids {
+		v = append(v, table[id]...)
+	}
+	return mlx.FromFloat32s(v, 1, len(ids), len(table))
+}
+
+// markovDraft proposes from its own (wrong) table: row i's logits follow the
+// greedy chain of its table from the anchor.
+type markovDraft struct {
+	table     [][]float32
+	blockSize int
+}
+
+func (d *markovDraft) LoadWeights(map[string]*mlx.Array) error { return nil }
+func (d *markovDraft) NewCaches() []cache.Cache                { return nil }
+func (d *markovDraft) BlockParams() (int, int32)               { return d.blockSize, 0 }
+func (d *markovDraft) Unembed(h *mlx.Array) *mlx.Array         { return h }
+func (d *markovDraft) Forward(b *model.Batch, _, draftCaches []cache.Cache) (*mlx.Array, *mlx.Array) {
+	rc := draftCaches[0].(*recordingCache)
+	if b.Hidden != nil {
+		rc.feed(make([]int32, b.Hidden.Dim(1)))
+	}
+	if b.InputIDs == nil {
+		return nil, nil
+	}
+	block := ints(b.InputIDs)
+	rc.feed(block)
+	preds := make([]int32, len(block))
+	preds[0] = block[0]
+	rows := []int32{block[0]}
+	for i := 1; i < len(block); i++ {
+		preds[i] = int32(argmax(d.table[preds[i-1]]))
+		rows = append(rows, preds[i-1])
+	}
+	h := rowsOf(d.table, rows)
+	return h, h
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// markovPair returns a target table and a draft table that agrees with the
+// target's argmax with probability agree per row.
+func markovPair(seed uint64, vocab int, agree float64, scale float32) (target, draft [][]float32) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	target = make([][]float32, vocab)
+	draft = make([][]float32, vocab)
+	for i := range vocab {
+		target[i] = make([]float32, vocab)
+		draft[i] = make([]float32, vocab)
+		for j := range vocab {
+			target[i][j] = scale * float32(r.NormFloat64())
+			draft[i][j] = scale * float32(r.NormFloat64())
+		}
+		if r.Float64() < agree {
+			copy(draft[i], target[i])
+		}
+	}
+	return target, draft
+}
+
+type markovRig struct {
+	caches []cache.Cache
+	core   *Core
+}
+
+func newMarkovRig(target, draft [][]float32, blockSize int, eos ...int32) *markovRig {
+	caches := newCaches()
+	cfg := Config{Target: &markovTarget{table: target}, TargetCaches: caches[:1], EOS: eos}
+	if draft != nil {
+		cfg.Drafter = NewBlockDrafter(&markovDraft{table: draft, blockSize: blockSize}, caches[:1], caches[1:], false)
+	}
+	return &markovRig{caches: caches, core: NewCore(cfg)}
+}
+
+// generate runs one request: prefill, decode up to budget tokens, close.
+func (r *markovRig) generate(ctx context.Context, prompt []int32, opts sample.Options, budget int, pin int, noDraft bool) (Result, *Stats, error) {
+	s := r.core.Open(Request{Sampler: sample.New(opts, prompt), NoDraft: noDraft})
+	if pin >= 0 {
+		s.pinLimit(pin)
+	}
+	seed, pos, err := s.Prefill(ctx, prompt)
+	if err != nil {
+		s.Close()
+		return Result{}, s.Stats(), err
+	}
+	d := s.Decoder(seed, pos)
+	res, err := Run(ctx, d, budget, func(int32) error { return nil })
+	d.Close()
+	s.Close()
+	return res, s.Stats(), err
+}
+
+func TestGreedySpeculativeEqualsPlain(t *testing.T) {
+	const vocab = 12
+	target, draft := markovPair(1, vocab, 0.6, 3)
+	cases := []struct {
+		name   string
+		prompt []int32
+		budget int
+		pin    int // -1: adaptive controller
+		eos    []int32
+	}{
+		{"one-token prompt", []int32{3}, 24, 4, nil},
+		{"adaptive depth", []int32{1, 2, 3}, 40, -1, nil},
+		{"depth 0", []int32{5, 6}, 16, 0, nil},
+		{"depth 1", []int32{5, 6}, 16, 1, nil},
+		{"depth 7", []int32{7, 1, 4}, 30, 7, nil},
+		{"budget ends mid-round", []int32{2, 9}, 5, 7, nil},
+		{"budget of one", []int32{2, 9}, 1, 7, nil},
+		{"budget of two", []int32{0, 4}, 2, 7, nil},
+	}
+	// EOS cases: pick tokens that the greedy chain reaches.
+	for i := range 12 {
+		cases = append(cases, struct {
+			name   string
+			prompt []int32
+			budget int
+			pin    int
+			eos    []int32
+		}{"eos " + string(rune('a'+i)), []int32{int32(i), int32((i + 5) % vocab)}, 30, 1 + i%7, []int32{int32((i * 7) % vocab)}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mlxtest.Run(t, func(t *mlxtest.T) {
+				plain := newMarkovRig(target, nil, 0, c.eos...)
+				want, _, err := plain.generate(context.Background(), c.prompt, sample.Options{}, c.budget, -1, true)
+				t.NoErr(err)
+				spec := newMarkovRig(target, draft, 8, c.eos...)
+				got, st, err := spec.generate(context.Background(), c.prompt, sample.Options{}, c.budget, c.pin, false)
+				t.NoErr(err)
+				if !slices.Equal(got.Tokens, want.Tokens) || got.Reason != want.Reason {
+					t.Fatalf("speculative %v (%s), plain %v (%s)", got.Tokens, got.Reason, want.Tokens, want.Reason)
+				}
+				if len(got.Tokens) > c.budget {
+					t.Fatalf("%d tokens exceed the budget %d", len(got.Tokens), c.budget)
+				}
+				if o0, o1 := spec.caches[0].Offset(), spec.caches[1].Offset(); o0 != o1 {
+					t.Fatalf("target offset %d, draft offset %d after close", o0, o1)
+				}
+				if c.pin > 0 && c.budget > 2 && st.DraftRounds == 0 {
+					t.Fatalf("no drafting round ran: %+v", st)
+				}
+				if c.pin == 0 && st.DraftRounds != 0 {
+					t.Fatalf("depth 0 drafted: %+v", st)
+				}
+			})
+		})
+	}
+}
+
+// An EOS accepted inside a drafted run ends the request there, emitted but not
+// kept in the caches.
+func TestEOSInsideAcceptedRun(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		const eos = 5
+		r := newRig(map[int32]int32{1: 2, 2: 3, 3: 4, 4: eos, eos: 6, 6: 7, 7: 1}, 8, false, eos)
+		s := r.core.Open(Request{Sampler: sample.New(sample.Options{}, []int32{0, 1})})
+		s.pinLimit(7)
+		seed, pos, err := s.Prefill(context.Background(), []int32{0, 1})
+		t.NoErr(err)
+		d := s.Decoder(seed, pos)
+		res, err := Run(context.Background(), d, 20, func(int32) error { return nil })
+		t.NoErr(err)
+		d.Close()
+		s.Close()
+		if !slices.Equal(res.Tokens, []int32{2, 3, 4, eos}) || res.Reason != DoneStop {
+			t.Fatalf("tokens %v reason %s, want [2 3 4 5] stop", res.Tokens, res.Reason)
+		}
+		// Slots: 0 (prompt), 1 (seed 1), then drafts 2, 3, 4 are kept; the EOS
+		// is not.
+		if got := streamOf(r.caches[0]); !slices.Equal(got, []int32{0, 1, 2, 3, 4}) {
+			t.Fatalf("target stream %v, want [0 1 2 3 4]", got)
+		}
+		if r.caches[1].Offset() != 5 {
+			t.Fatalf("draft offset %d, want 5", r.caches[1].Offset())
+		}
+		st := s.Stats()
+		if st.DraftRounds != 1 || st.Accepted != 4 {
+			t.Fatalf("stats %+v: want one round accepting 4 (the EOS included)", st)
+		}
+	})
+}
+
+// Cancelling between rounds leaves the caches level and the output a prefix
+// of the plain output.
+func TestCancellationMidRequest(t *testing.T) {
+	const vocab = 12
+	target, draft := markovPair(3, vocab, 0.7, 3)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		plain := newMarkovRig(target, nil, 0)
+		want, _, err := plain.generate(context.Background(), []int32{1, 2}, sample.Options{}, 40, -1, true)
+		t.NoErr(err)
+
+		r := newMarkovRig(target, draft, 8)
+		ctx, cancel := context.WithCancel(context.Background())
+		s := r.core.Open(Request{Sampler: sample.New(sample.Options{}, []int32{1, 2})})
+		s.pinLimit(4)
+		seed, pos, err := s.Prefill(ctx, []int32{1, 2})
+		t.NoErr(err)
+		d := s.Decoder(seed, pos)
+		n := 0
+		res, err := Run(ctx, d, 40, func(int32) error {
+			if n++; n == 9 {
+				cancel()
+			}
+			return nil
+		})
+		d.Close()
+		s.Close()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run returned %v, want context.Canceled", err)
+		}
+		if len(res.Tokens) < 9 || !slices.Equal(res.Tokens, want.Tokens[:len(res.Tokens)]) {
+			t.Fatalf("cancelled output %v is not a prefix of %v", res.Tokens, want.Tokens)
+		}
+		if o0, o1 := r.caches[0].Offset(), r.caches[1].Offset(); o0 != o1 {
+			t.Fatalf("target offset %d, draft offset %d after cancellation", o0, o1)
+		}
+	})
+}
+
+// Sampled speculative output has the target's distribution: the joint
+// frequency of the first two emitted tokens over many seeded requests matches
+// p(a)·p(b|a), computed exactly on the host, by a chi-square test.
+func TestSampledSpeculativeFollowsTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("statistical test: slow in -short mode")
+	}
+	const vocab = 5
+	target, draft := markovPair(11, vocab, 0.5, 1.2)
+	prompt := []int32{0, 3}
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		const requests = 3000
+		r := newMarkovRig(target, draft, 8)
+		counts := make([]float64, vocab*vocab)
+		drafted := 0
+		for i := range requests {
+			opts := sample.Options{Temperature: 1, UseSeed: true, Seed: uint64(1000 + i)}
+			res, st, err := r.generate(context.Background(), prompt, opts, 2, 3, false)
+			t.NoErr(err)
+			if len(res.Tokens) != 2 {
+				t.Fatalf("request %d emitted %v", i, res.Tokens)
+			}
+			counts[int(res.Tokens[0])*vocab+int(res.Tokens[1])]++
+			drafted += st.Drafted
+			r.caches[0].(*recordingCache).tokens = nil
+			r.caches[1].(*recordingCache).tokens = nil
+			mlx.Sweep()
+		}
+		if drafted == 0 {
+			t.Fatalf("no draft was proposed; the test would not exercise acceptance")
+		}
+		p := softmaxRows(target)
+		var chi2 float64
+		cells := 0
+		for a := range vocab {
+			for b := range vocab {
+				e := requests * p[prompt[1]][a] * p[a][b]
+				if e < 1 {
+					continue
+				}
+				o := counts[a*vocab+b]
+				chi2 += (o - e) * (o - e) / e
+				cells++
+			}
+		}
+		// Critical value of chi-square at p = 0.001 via Wilson–Hilferty.
+		crit := chiSquareCritical(float64(cells-1), 3.09)
+		if chi2 > crit {
+			t.Fatalf("chi-square %.1f over %d cells exceeds %.1f (p = 0.001)", chi2, cells, crit)
+		}
+		t.Logf("chi-square %.1f over %d cells (critical %.1f), %d drafted", chi2, cells, crit, drafted)
+	})
+}
+
+func softmaxRows(table [][]float32) [][]float64 {
+	out := make([][]float64, len(table))
+	for i, row := range table {
+		m := float64(slices.Max(row))
+		var z float64
+		out[i] = make([]float64, len(row))
+		for j, v := range row {
+			out[i][j] = math.Exp(float64(v) - m)
+			z += out[i][j]
+		}
+		for j := range row {
+			out[i][j] /= z
+		}
+	}
+	return out
+}
+
+// chiSquareCritical approximates the upper quantile of chi-square with k
+// degrees of freedom at the standard-normal quantile z.
+func chiSquareCritical(k, z float64) float64 {
+	a := 2 / (9 * k)
+	return k * math.Pow(1-a+z*math.Sqrt(a), 3)
+}
