@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -335,4 +336,22 @@ func TestSafetensorsRoundTripThroughMLX(t *testing.T) {
 			t.Fatalf("b = %v", v)
 		}
 	})
+}
+
+// A job that calls runtime.Goexit (the outer testing.T's FailNow) fails with
+// a clear error instead of killing the worker for good.
+func TestGoexitInJobDoesNotKillTheWorker(t *testing.T) {
+	err := mlx.Do(context.Background(), func() error {
+		runtime.Goexit()
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "Goexit") {
+		t.Fatalf("Do returned %v, want the Goexit error", err)
+	}
+	got, err := mlx.Call(context.Background(), func() (float32, error) {
+		return mlx.Sum(mlx.Ones(mlx.Float32, 3), false).Item()
+	})
+	if err != nil || got != 3 {
+		t.Fatalf("replacement worker: %v, %v", got, err)
+	}
 }

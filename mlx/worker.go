@@ -72,27 +72,32 @@ func start() {
 func worker(ready chan struct{}) {
 	runtime.LockOSThread() // never unlocked: the thread belongs to MLX
 	C.spx_set_worker_thread(true)
+	current = nil
 	initDevice()
 	if ready != nil {
 		close(ready)
 	}
-	for j := range jobs {
-		if !runJob(j) {
-			// The job called runtime.Goexit (t.FailNow on the worker, say):
-			// this goroutine and its thread are going away. Start a
-			// replacement so later jobs still run, and fail this one.
-			j.err = errors.New("mlx: a job called runtime.Goexit on the MLX worker (use mlxtest.T's Fatal, not testing.T's, inside MLX jobs)")
-			close(j.done)
+	var running *job
+	defer func() {
+		// Only runtime.Goexit gets here (t.FailNow on the worker, say): this
+		// goroutine and its thread are going away. Fail the job and start a
+		// replacement so later jobs still run.
+		if running != nil {
+			running.err = errors.New("mlx: a job called runtime.Goexit on the MLX worker (inside mlxtest.Run, use its *T's Fatal/Skip, not the outer testing.T's)")
+			close(running.done)
 			go worker(nil)
-			return
 		}
+	}()
+	for j := range jobs {
+		running = j
+		runJob(j)
+		running = nil
 		close(j.done)
 	}
 }
 
-// runJob runs one job in a fresh scope and reports whether it returned
-// normally (or panicked) rather than exiting the goroutine.
-func runJob(j *job) (returned bool) {
+// runJob runs one job in a fresh scope, turning a panic into j.pan.
+func runJob(j *job) {
 	defer func() {
 		if r := recover(); r != nil {
 			if wp, ok := r.(*WorkerPanic); ok {
@@ -100,15 +105,13 @@ func runJob(j *job) (returned bool) {
 			} else {
 				j.pan = &WorkerPanic{Value: r, Stack: debug.Stack()}
 			}
-			returned = true
 		}
 	}()
 	if j.ctx.Err() != nil {
 		j.err = j.ctx.Err()
-		return true
+		return
 	}
 	j.err = withScope(j.fn)
-	return true
 }
 
 func initDevice() {
