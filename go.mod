@@ -1,5 +1,8 @@
 module github.com/specula-dev/specula
 
-go 1.26
+go 1.26.0
 
-require golang.org/x/text v0.44.0
+require (
+	github.com/BurntSushi/toml v1.6.0
+	golang.org/x/text v0.44.0
+)

@@ -1,17 +1,26 @@
 // Package registry maps architecture names (Hugging Face class names, the
 // architectures[0] of config.json, plus aliases) to constructors and
 // capability records. Built-in architectures register from their package's
-// init; plugin-provided ones enter the same registry with their source
-// recorded.
+// init with RegisterTarget or RegisterDraft; plugin-provided ones enter the
+// same registry through AddPlugin with their source recorded, and leave it
+// through Remove or RemovePlugin.
+//
+// A built-in entry's capability record is computed by type assertion on the
+// type its constructor declares, so it needs no instance and no weights. A
+// plugin entry's record is what the plugin's Describe declared. Build
+// distinguishes an unknown name (*UnknownError) from a known architecture
+// whose constructor failed (*InitError).
 package registry
 
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
@@ -26,8 +35,18 @@ const (
 	KindDraft  Kind = "draft"
 )
 
+// Valid reports whether k is KindTarget or KindDraft.
+func (k Kind) Valid() bool { return k == KindTarget || k == KindDraft }
+
 // SourceBuiltin is the source of architectures compiled into the program.
 const SourceBuiltin = "built-in"
+
+// sourcePluginPrefix starts the source of plugin-provided entries.
+const sourcePluginPrefix = "plugin "
+
+// PluginSource is the Source of entries served by the named plugin:
+// "plugin <name>".
+func PluginSource(plugin string) string { return sourcePluginPrefix + plugin }
 
 // Config is what a constructor receives: the checkpoint's config.json and
 // where it lives. Constructors parse and validate the config and build a
@@ -42,7 +61,8 @@ type Config struct {
 }
 
 // Constructor builds a weightless instance of an architecture from its
-// config: a model.Model for targets, a model.Draft for drafts.
+// config: a model.Model for targets, a model.Draft for drafts (or, for a
+// plugin entry, whatever the plugin host's proxy is).
 type Constructor func(cfg Config) (any, error)
 
 // Entry is one registered architecture.
@@ -53,145 +73,431 @@ type Entry struct {
 	Aliases []string
 	// Kind is target or draft.
 	Kind Kind
-	// Source is SourceBuiltin or "plugin <name>".
+	// Source is SourceBuiltin or PluginSource(name). Add fills in
+	// SourceBuiltin when it is empty.
 	Source string
-	// Capabilities is the record computed by type assertion on the
-	// constructor's declared result type.
+	// Capabilities is the entry's capability record, in the order of
+	// model.AllCapabilities: computed by type assertion on the constructor's
+	// declared result type for built-ins, declared by Describe for plugins.
 	Capabilities model.Capabilities
+	// Type is the Go type the constructor declares ("*dflash.Draft"), or ""
+	// when unknown (plugin entries, entries added by hand).
+	Type string
 	// New builds an instance.
 	New Constructor
 }
 
-// Registry is a set of architectures. The zero value is not usable; use New.
+// Plugin returns the name of the plugin serving e, or "" for a built-in.
+func (e *Entry) Plugin() string {
+	name, ok := strings.CutPrefix(e.Source, sourcePluginPrefix)
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// Names returns e's name followed by its aliases.
+func (e *Entry) Names() []string { return append([]string{e.Name}, e.Aliases...) }
+
+// clone returns a copy of e that shares nothing mutable with it.
+func (e *Entry) clone() *Entry {
+	c := *e
+	c.Aliases = slices.Clone(e.Aliases)
+	c.Capabilities = slices.Clone(e.Capabilities)
+	return &c
+}
+
+// Registry is a set of architectures, safe for concurrent use. The zero value
+// is not usable; use New.
 type Registry struct {
 	mu      sync.RWMutex
-	entries map[string]*Entry // by name and alias
+	entries map[string]*Entry // by name and by alias; one *Entry per architecture
 }
 
 // New returns an empty registry.
 func New() *Registry { return &Registry{entries: map[string]*Entry{}} }
 
-// Default is the registry built-in architectures register into.
+// Default is the registry built-in architectures register into, and the one
+// programs resolve manifests against.
 var Default = New()
 
-// Add registers e under its name and aliases. A name or alias already taken
-// is an error.
+// Add registers a copy of e under its name and aliases. The entry must have a
+// name, a constructor, a valid kind, a source that is SourceBuiltin (or
+// empty, meaning built-in) or PluginSource(name), and a capability record
+// that suits its kind (a target provides "model", a draft "draft"). A name or
+// alias already taken, by this entry or another, is a *DuplicateError.
 func (r *Registry) Add(e *Entry) error {
-	if e.Name == "" || e.New == nil {
-		return fmt.Errorf("registry: entry needs a name and a constructor")
+	c := e.clone()
+	if c.Source == "" {
+		c.Source = SourceBuiltin
 	}
-	if e.Kind != KindTarget && e.Kind != KindDraft {
-		return fmt.Errorf("registry: %s: kind must be %q or %q", e.Name, KindTarget, KindDraft)
-	}
-	if e.Source == "" {
-		e.Source = SourceBuiltin
+	if err := c.validate(); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range append([]string{e.Name}, e.Aliases...) {
-		if old, dup := r.entries[n]; dup {
-			return fmt.Errorf("registry: architecture name %q is already registered (by %s, %s)", n, old.Name, old.Source)
+	if err := r.checkFreeLocked(c); err != nil {
+		return err
+	}
+	r.addLocked(c)
+	return nil
+}
+
+// validate checks an entry on its own (not against the registry).
+func (e *Entry) validate() error {
+	bad := func(format string, args ...any) error {
+		return &EntryError{Name: e.Name, Problem: fmt.Sprintf(format, args...)}
+	}
+	names := map[string]bool{}
+	for _, n := range e.Names() {
+		if problem := nameProblem(n); problem != "" {
+			return bad("name %q %s", n, problem)
+		}
+		if names[n] {
+			return bad("name %q is listed twice", n)
+		}
+		names[n] = true
+	}
+	if e.New == nil {
+		return bad("no constructor")
+	}
+	if !e.Kind.Valid() {
+		return bad("kind %q is neither %q nor %q", e.Kind, KindTarget, KindDraft)
+	}
+	if e.Source != SourceBuiltin {
+		p := e.Plugin()
+		if p == "" {
+			return bad("source %q is neither %q nor %q", e.Source, SourceBuiltin, PluginSource("<name>"))
+		}
+		if problem := nameProblem(p); problem != "" {
+			return bad("plugin name %q %s", p, problem)
 		}
 	}
-	for _, n := range append([]string{e.Name}, e.Aliases...) {
-		r.entries[n] = e
+	seen := map[model.Capability]bool{}
+	for _, c := range e.Capabilities {
+		if _, err := model.ParseCapability(string(c)); err != nil {
+			return bad("%v", err)
+		}
+		if seen[c] {
+			return bad("capability %q listed twice", c)
+		}
+		seen[c] = true
+	}
+	if want := kindCapability(e.Kind); !seen[want] {
+		return bad("a %s must provide capability %q (%s); its record is [%s]", e.Kind, want, want.InterfaceName(), e.Capabilities)
+	}
+	for _, c := range e.Capabilities {
+		if KindOf(c) != e.Kind {
+			return bad("capability %q belongs to a %s, not a %s", c, KindOf(c), e.Kind)
+		}
+	}
+	// Keep records in the canonical order so that listings compare equal.
+	slices.SortFunc(e.Capabilities, func(a, b model.Capability) int {
+		return slices.Index(model.AllCapabilities, a) - slices.Index(model.AllCapabilities, b)
+	})
+	return nil
+}
+
+// nameProblem says why s cannot be an architecture or plugin name, or "".
+func nameProblem(s string) string {
+	if s == "" {
+		return "is empty"
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return "contains white space or a control character"
+		}
+	}
+	return ""
+}
+
+// KindOf is the kind of architecture a capability belongs to: "model" and
+// "draft-target" to targets, "draft", "block-draft" and "selector" to
+// drafts.
+func KindOf(c model.Capability) Kind {
+	switch c {
+	case model.CapModel, model.CapDraftTarget:
+		return KindTarget
+	}
+	return KindDraft
+}
+
+// kindCapability is the capability every architecture of kind k provides.
+func kindCapability(k Kind) model.Capability {
+	if k == KindTarget {
+		return model.CapModel
+	}
+	return model.CapDraft
+}
+
+// checkFreeLocked reports the first of e's names that is already taken.
+func (r *Registry) checkFreeLocked(e *Entry) error {
+	for _, n := range e.Names() {
+		if old, taken := r.entries[n]; taken {
+			return &DuplicateError{Name: n, Existing: old.Name, Source: old.Source}
+		}
 	}
 	return nil
 }
 
+func (r *Registry) addLocked(e *Entry) {
+	for _, n := range e.Names() {
+		r.entries[n] = e
+	}
+}
+
+// AddTarget adds a built-in target architecture to r; its capability record
+// is computed from T, the type the constructor declares, by type assertion.
+func AddTarget[T model.Model](r *Registry, name string, aliases []string, ctor func(Config) (T, error)) error {
+	return r.Add(&Entry{Name: name, Aliases: aliases, Kind: KindTarget, Source: SourceBuiltin,
+		Capabilities: capabilitiesOfType[T](), Type: typeName[T](),
+		New: func(c Config) (any, error) { return ctor(c) }})
+}
+
+// AddDraft adds a built-in draft architecture to r; its capability record is
+// computed from T, the type the constructor declares, by type assertion.
+func AddDraft[T model.Draft](r *Registry, name string, aliases []string, ctor func(Config) (T, error)) error {
+	return r.Add(&Entry{Name: name, Aliases: aliases, Kind: KindDraft, Source: SourceBuiltin,
+		Capabilities: capabilitiesOfType[T](), Type: typeName[T](),
+		New: func(c Config) (any, error) { return ctor(c) }})
+}
+
 // RegisterTarget adds a built-in target architecture to Default; its
-// capability record is computed from T. It panics on a duplicate name
-// (called from init, a duplicate is a programming error).
+// capability record is computed from T. It panics on a duplicate name or an
+// invalid entry: called from init, either is a programming error.
 func RegisterTarget[T model.Model](name string, aliases []string, ctor func(Config) (T, error)) {
-	register(KindTarget, name, aliases, capabilitiesOfType[T](), func(c Config) (any, error) { return ctor(c) })
-}
-
-// RegisterDraft adds a built-in draft architecture to Default; its
-// capability record is computed from T.
-func RegisterDraft[T model.Draft](name string, aliases []string, ctor func(Config) (T, error)) {
-	register(KindDraft, name, aliases, capabilitiesOfType[T](), func(c Config) (any, error) { return ctor(c) })
-}
-
-func register(kind Kind, name string, aliases []string, caps model.Capabilities, ctor Constructor) {
-	if err := Default.Add(&Entry{Name: name, Aliases: aliases, Kind: kind, Source: SourceBuiltin, Capabilities: caps, New: ctor}); err != nil {
+	if err := AddTarget(Default, name, aliases, ctor); err != nil {
 		panic(err)
 	}
 }
 
+// RegisterDraft adds a built-in draft architecture to Default; its capability
+// record is computed from T. It panics on a duplicate name or an invalid
+// entry.
+func RegisterDraft[T model.Draft](name string, aliases []string, ctor func(Config) (T, error)) {
+	if err := AddDraft(Default, name, aliases, ctor); err != nil {
+		panic(err)
+	}
+}
+
+// capabilityInterfaces maps each capability to its interface type.
+var capabilityInterfaces = map[model.Capability]reflect.Type{
+	model.CapModel:       reflect.TypeFor[model.Model](),
+	model.CapDraftTarget: reflect.TypeFor[model.DraftTarget](),
+	model.CapDraft:       reflect.TypeFor[model.Draft](),
+	model.CapBlockDraft:  reflect.TypeFor[model.BlockDraft](),
+	model.CapSelector:    reflect.TypeFor[model.Selector](),
+}
+
 // capabilitiesOfType computes the record of a constructor's declared result
-// type by asserting its zero value (a typed nil pointer for pointer types)
-// against each interface: method sets belong to the type, so no instance is
-// needed.
+// type T by asserting T against each capability interface. Method sets belong
+// to the type, so no instance is needed, and an interface T (a constructor
+// declared to return model.BlockDraft) gets exactly what the interface
+// promises.
 func capabilitiesOfType[T any]() model.Capabilities {
-	var zero T
-	return model.CapabilitiesOf(any(zero))
+	t := reflect.TypeFor[T]()
+	var out model.Capabilities
+	for _, c := range model.AllCapabilities {
+		if t.Implements(capabilityInterfaces[c]) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
-// UnknownError reports a name no entry has.
-type UnknownError struct {
-	Name  string
-	Known []string
-}
+func typeName[T any]() string { return reflect.TypeFor[T]().String() }
 
-func (e *UnknownError) Error() string {
-	return fmt.Sprintf("unknown architecture %q; known: %s", e.Name, strings.Join(e.Known, ", "))
-}
-
-// InitError reports a known architecture whose constructor failed.
-type InitError struct {
-	Name string
-	Err  error
-}
-
-func (e *InitError) Error() string {
-	return fmt.Sprintf("architecture %s failed to initialise: %v", e.Name, e.Err)
-}
-
-func (e *InitError) Unwrap() error { return e.Err }
-
-// Lookup finds an entry by name or alias.
+// Lookup finds an entry by name or alias and returns a copy of it. An
+// unknown name is an *UnknownError listing the known names.
 func (r *Registry) Lookup(name string) (*Entry, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if e, ok := r.entries[name]; ok {
-		return e, nil
+		return e.clone(), nil
 	}
 	return nil, &UnknownError{Name: name, Known: r.namesLocked()}
 }
 
 // Build resolves name and constructs an instance, distinguishing an unknown
-// name (*UnknownError) from a constructor failure (*InitError).
+// name (*UnknownError) from a constructor failure (*InitError). A
+// constructor that panics, returns nil, or (for a built-in) returns a value
+// lacking a capability of its record fails with an *InitError too; the
+// returned entry is then non-nil.
 func (r *Registry) Build(name string, cfg Config) (any, *Entry, error) {
 	e, err := r.Lookup(name)
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := e.New(cfg)
+	v, err := construct(e, cfg)
 	if err != nil {
-		return nil, e, &InitError{Name: e.Name, Err: err}
+		return nil, e, &InitError{Name: e.Name, Source: e.Source, Err: err}
+	}
+	if e.Plugin() == "" {
+		// A plugin's proxy speaks the session protocol and need not
+		// implement the interfaces in process; a built-in must.
+		for _, c := range e.Capabilities {
+			if !c.Has(v) {
+				return nil, e, &InitError{Name: e.Name, Source: e.Source,
+					Err: fmt.Errorf("the constructor returned %T, which does not implement %s although the entry's record lists %q", v, c.InterfaceName(), c)}
+			}
+		}
 	}
 	return v, e, nil
 }
 
-// Entries returns every entry once, sorted by kind then name.
+// construct calls e.New, turning a panic or a nil result into an error.
+func construct(e *Entry, cfg Config) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			v, err = nil, fmt.Errorf("constructor panicked: %v", p)
+		}
+	}()
+	v, err = e.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if isNil(v) {
+		return nil, fmt.Errorf("constructor returned nil and no error")
+	}
+	return v, nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// Entries returns a copy of every entry once: targets first, then drafts,
+// each sorted by name.
 func (r *Registry) Entries() []*Entry {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	var out []*Entry
 	for n, e := range r.entries {
 		if n == e.Name {
-			out = append(out, e)
+			out = append(out, e.clone())
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Kind != out[j].Kind {
-			return out[i].Kind < out[j].Kind
+	slices.SortFunc(out, func(a, b *Entry) int {
+		if a.Kind != b.Kind {
+			if a.Kind == KindTarget {
+				return -1
+			}
+			return 1
 		}
-		return out[i].Name < out[j].Name
+		return strings.Compare(a.Name, b.Name)
 	})
 	return out
 }
 
+// PluginArch is one architecture a plugin serves, as its Describe reports it.
+type PluginArch struct {
+	// Name is the architecture's class name (config.json architectures[0]).
+	Name string
+	// Aliases are other names that resolve to it.
+	Aliases []string
+	// Kind is target or draft.
+	Kind Kind
+	// Capabilities is what Describe declares; the registry cannot prove it
+	// by assertion, since the plugin runs in another process.
+	Capabilities model.Capabilities
+	// New builds the host-side proxy for the architecture.
+	New Constructor
+}
+
+// AddPlugin registers every architecture a plugin serves, each with Source
+// PluginSource(plugin). It is the plugin host's entry point, called after the
+// handshake and Describe. Either all architectures are added or, on the first
+// invalid or duplicate one, none.
+func (r *Registry) AddPlugin(plugin string, archs []PluginArch) error {
+	if problem := nameProblem(plugin); problem != "" {
+		return &EntryError{Problem: fmt.Sprintf("plugin name %q %s", plugin, problem)}
+	}
+	if len(archs) == 0 {
+		return &EntryError{Problem: fmt.Sprintf("plugin %q serves no architectures", plugin)}
+	}
+	entries := make([]*Entry, len(archs))
+	for i, a := range archs {
+		e := (&Entry{Name: a.Name, Aliases: a.Aliases, Kind: a.Kind, Source: PluginSource(plugin),
+			Capabilities: a.Capabilities, New: a.New}).clone()
+		if err := e.validate(); err != nil {
+			return err
+		}
+		entries[i] = e
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	taken := map[string]string{} // names of this call's earlier entries
+	for _, e := range entries {
+		if err := r.checkFreeLocked(e); err != nil {
+			return err
+		}
+		for _, n := range e.Names() {
+			if first, dup := taken[n]; dup {
+				return &DuplicateError{Name: n, Existing: first, Source: e.Source}
+			}
+			taken[n] = e.Name
+		}
+	}
+	for _, e := range entries {
+		r.addLocked(e)
+	}
+	slog.Debug("registry: plugin architectures added", "plugin", plugin, "count", len(entries))
+	return nil
+}
+
+// Remove unregisters the plugin entry called name (or having it as an alias)
+// with all its names. Built-in entries cannot be removed: that is an error,
+// as is an unknown name (*UnknownError).
+func (r *Registry) Remove(name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[name]
+	if !ok {
+		return &UnknownError{Name: name, Known: r.namesLocked()}
+	}
+	if e.Plugin() == "" {
+		return &EntryError{Name: e.Name, Problem: "is built in; only plugin entries can be removed"}
+	}
+	r.removeLocked(e)
+	return nil
+}
+
+// RemovePlugin unregisters every entry served by plugin (after it exits or is
+// unloaded) and returns their names, sorted; none is not an error.
+func (r *Registry) RemovePlugin(plugin string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var removed []string
+	for n, e := range r.entries {
+		if n == e.Name && e.Plugin() == plugin {
+			removed = append(removed, n)
+		}
+	}
+	for _, n := range removed {
+		r.removeLocked(r.entries[n])
+	}
+	slices.Sort(removed)
+	if len(removed) > 0 {
+		slog.Debug("registry: plugin architectures removed", "plugin", plugin, "names", removed)
+	}
+	return removed
+}
+
+func (r *Registry) removeLocked(e *Entry) {
+	for _, n := range e.Names() {
+		delete(r.entries, n)
+	}
+}
+
+// namesLocked returns the canonical names, sorted.
 func (r *Registry) namesLocked() []string {
 	var names []string
 	for n, e := range r.entries {
