@@ -9,7 +9,9 @@
 package speculation
 
 import (
+	"github.com/specula-dev/specula/cache"
 	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/model"
 	"github.com/specula-dev/specula/sample"
 )
 
@@ -78,4 +80,13 @@ type Drafter interface {
 // stopped proposing, and is "" before.
 type Faulted interface {
 	FaultReason() string
+}
+
+// DrafterFactory is implemented by draft instances that build their own
+// Drafter once the target is loaded, instead of being wrapped in a
+// BlockDrafter by the engine: plugin proxies, which must send the target's
+// description to the plugin, read back the layer taps to set on the target,
+// and serve sessions across the process boundary.
+type DrafterFactory interface {
+	NewDrafter(target model.DraftTarget, targetCaches []cache.Cache) (Drafter, error)
 }
