@@ -1,0 +1,116 @@
+// Package nn holds the layer maths that architectures share: linear layers,
+// RMS norms, rotary position embeddings, the SwiGLU MLP and attention over a
+// KV or rotating cache.
+//
+// Functions build lazy MLX graph nodes and never evaluate. Weights are
+// stored [out, in]. Attention tensors use MLX's layout [B, H, L, D]; the
+// residual stream is [B, L, H·D]. Functions take plain weights: checkpoint
+// conventions such as Qwen3.5's zero-centred (1 + w) norms are folded into
+// the weight by the architecture's loader, so one RMSNorm serves every
+// architecture.
+package nn
+
+import (
+	"fmt"
+
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+)
+
+// Linear returns x · wᵀ (+ b) for a weight w [out, in] and an optional bias
+// b [out].
+func Linear(x, w, b *mlx.Array) *mlx.Array {
+	y := mlx.Linear(x, w)
+	if b != nil {
+		y = mlx.Add(y, b)
+	}
+	return y
+}
+
+// RMSNorm returns x · rsqrt(mean(x²) + eps) · w over the last axis (MLX's
+// fused kernel, which accumulates in float32). w may be nil (no weight).
+func RMSNorm(x, w *mlx.Array, eps float32) *mlx.Array { return mlx.RMSNorm(x, w, eps) }
+
+// GatedRMSNorm returns RMSNorm(x, w) · silu(gate) over the last axis with
+// every step in float32, and returns float32 (the caller casts to its
+// compute dtype). It is the output norm of gated linear-attention layers.
+func GatedRMSNorm(x, gate, w *mlx.Array, eps float32) *mlx.Array {
+	y := mlx.RMSNorm(f32(x), f32(w), eps)
+	return mlx.Multiply(y, mlx.Silu(f32(gate)))
+}
+
+// L2Norm returns x · rsqrt(Σ x² + eps) over the last axis, in x's dtype
+// (the form of Hugging Face's l2norm, used on linear-attention q and k).
+func L2Norm(x *mlx.Array, eps float32) *mlx.Array {
+	ss := mlx.Sum(mlx.Square(x), true, -1)
+	return mlx.Multiply(x, mlx.Rsqrt(mlx.AddScalar(ss, float64(eps))))
+}
+
+// SwiGLU returns down(silu(gate(x)) ⊙ up(x)), the dense MLP of Llama-style
+// decoders.
+func SwiGLU(x, gate, up, down *mlx.Array) *mlx.Array {
+	return mlx.Linear(mlx.Multiply(mlx.Silu(mlx.Linear(x, gate)), mlx.Linear(x, up)), down)
+}
+
+// f32 casts a to float32 (a itself when it already is).
+func f32(a *mlx.Array) *mlx.Array {
+	if a.DType() == mlx.Float32 {
+		return a
+	}
+	return mlx.AsType(a, mlx.Float32)
+}
+
+// RoPE is a rotary position embedding over the first Dims features of each
+// head (the rest pass through), with inverse frequencies
+// Base^(−2j/Dims), j = 0 … Dims/2−1.
+type RoPE struct {
+	// Dims is the number of rotated features (even, at most the head size).
+	Dims int
+	// Base is θ.
+	Base float32
+	// Traditional pairs adjacent features (2j, 2j+1); otherwise feature j
+	// pairs with j + Dims/2 (rotate-half, "neox").
+	Traditional bool
+}
+
+// Apply rotates x [B, H, L, D] for positions offset … offset+L−1.
+func (r RoPE) Apply(x *mlx.Array, offset int) *mlx.Array {
+	return mlx.RoPE(x, r.Dims, r.Traditional, r.Base, 1, offset)
+}
+
+// SplitHeads reshapes x [B, L, heads·dim] to [B, heads, L, dim].
+func SplitHeads(x *mlx.Array, heads, dim int) *mlx.Array {
+	return mlx.Transpose(mlx.Reshape(x, x.Dim(0), x.Dim(1), heads, dim), 0, 2, 1, 3)
+}
+
+// MergeHeads reshapes x [B, H, L, D] to [B, L, H·D].
+func MergeHeads(x *mlx.Array) *mlx.Array {
+	return mlx.Reshape(mlx.Transpose(x, 0, 2, 1, 3), x.Dim(0), x.Dim(2), x.Dim(1)*x.Dim(3))
+}
+
+// CachedAttention writes k and v [B, Hkv, L, D] to c and attends q
+// [B, Hq, L, D] over the whole history with scale, causally when L > 1 (row
+// i sees slots up to Offset+i). Hq may be a multiple of Hkv (grouped-query
+// attention). It returns [B, Hq, L, D].
+func CachedAttention(q, k, v *mlx.Array, c *cache.KV, scale float32) *mlx.Array {
+	kh, vh := c.Update(k, v)
+	return mlx.ScaledDotProductAttention(q, kh, vh, scale, mlx.AttentionMask{Causal: q.Dim(2) > 1})
+}
+
+// WindowMask returns the boolean mask [L, N] of L queries at slots
+// queryStart … queryStart+L−1 over keys at keySlots (as returned by
+// cache.Rotating.Update): query P may see key slot s iff s >= P−window+1 and,
+// when causal, s <= P.
+func WindowMask(keySlots []int, queryStart, L, window int, causal bool) *mlx.Array {
+	if window <= 0 {
+		panic(fmt.Sprintf("nn: WindowMask with window %d", window))
+	}
+	allow := make([]bool, 0, L*len(keySlots))
+	for i := range L {
+		p := queryStart + i
+		for _, s := range keySlots {
+			allow = append(allow, s >= p-window+1 && (!causal || s <= p))
+		}
+	}
+	return mlx.FromBools(allow, L, len(keySlots))
+}

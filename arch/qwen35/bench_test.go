@@ -1,0 +1,178 @@
+package qwen35_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/specula-dev/specula/arch/qwen35"
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+)
+
+// benchConfig has Qwen3.5-0.8B's layer shapes (H 1024, I 3584, 8/2 heads of
+// 256, delta-net 16/16 heads of 128, Kc 4) with 4 layers (3 delta-net, 1
+// attention) and the vocabulary shrunk from 248320 to 32768 so the random
+// checkpoint stays small. Tied head, as in the 0.8B.
+func benchConfig() *qwen35.Config {
+	return &qwen35.Config{
+		Architecture: "Qwen3_5ForCausalLM", ModelType: "qwen3_5_text",
+		HiddenSize: 1024, NumLayers: 4, IntermediateSize: 3584,
+		NumHeads: 8, NumKVHeads: 2, HeadDim: 256, RMSNormEps: 1e-6,
+		VocabSize: 32768, MaxPositions: 262144,
+		LayerTypes:     []qwen35.LayerType{qwen35.LinearAttention, qwen35.LinearAttention, qwen35.LinearAttention, qwen35.FullAttention},
+		LinearKeyHeads: 16, LinearValueHeads: 16, LinearKeyDim: 128, LinearValueDim: 128, ConvKernel: 4,
+		RopeTheta: 1e7, PartialRotaryFactor: 0.25, TieWordEmbeddings: true,
+	}
+}
+
+// randomCheckpoint returns random weights for cfg in the raw Hugging Face
+// layout (model.* names, zero-centred norms, conv1d [C, 1, Kc]), made in
+// memory from seed.
+func randomCheckpoint(cfg *qwen35.Config, seed uint64) map[string]*mlx.Array {
+	n := uint64(0)
+	normal := func(std float64, shape ...int) *mlx.Array {
+		n++
+		return mlx.RandomNormal(mlx.RandomKey(seed<<20+n), mlx.Float32, 0, float32(std), shape...)
+	}
+	lin := func(out, in int) *mlx.Array { return normal(1/math.Sqrt(float64(in)), out, in) }
+	H := cfg.HiddenSize
+	ts := map[string]*mlx.Array{
+		"model.embed_tokens.weight": normal(0.05, cfg.VocabSize, H),
+		"model.norm.weight":         normal(0.1, H),
+	}
+	for i := range cfg.NumLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts[p+"input_layernorm.weight"] = normal(0.1, H)
+		ts[p+"post_attention_layernorm.weight"] = normal(0.1, H)
+		ts[p+"mlp.gate_proj.weight"] = lin(cfg.IntermediateSize, H)
+		ts[p+"mlp.up_proj.weight"] = lin(cfg.IntermediateSize, H)
+		ts[p+"mlp.down_proj.weight"] = lin(H, cfg.IntermediateSize)
+		if cfg.FullAttentionLayer(i) {
+			a := p + "self_attn."
+			ts[a+"q_proj.weight"] = lin(cfg.NumHeads*2*cfg.HeadDim, H)
+			ts[a+"k_proj.weight"] = lin(cfg.NumKVHeads*cfg.HeadDim, H)
+			ts[a+"v_proj.weight"] = lin(cfg.NumKVHeads*cfg.HeadDim, H)
+			ts[a+"o_proj.weight"] = lin(H, cfg.NumHeads*cfg.HeadDim)
+			ts[a+"q_norm.weight"] = normal(0.1, cfg.HeadDim)
+			ts[a+"k_norm.weight"] = normal(0.1, cfg.HeadDim)
+			continue
+		}
+		g := p + "linear_attn."
+		hv := cfg.LinearValueHeads
+		ts[g+"in_proj_qkv.weight"] = lin(cfg.ConvDim(), H)
+		ts[g+"in_proj_z.weight"] = lin(cfg.ValueDim(), H)
+		ts[g+"in_proj_b.weight"] = lin(hv, H)
+		ts[g+"in_proj_a.weight"] = lin(hv, H)
+		ts[g+"conv1d.weight"] = normal(0.3, cfg.ConvDim(), 1, cfg.ConvKernel)
+		ts[g+"dt_bias"] = normal(0.5, hv)
+		ts[g+"A_log"] = mlx.Log(mlx.AddScalar(mlx.Abs(normal(1, hv)), 0.05))
+		ts[g+"norm.weight"] = mlx.AddScalar(normal(0.1, cfg.LinearValueDim), 1)
+		ts[g+"out_proj.weight"] = lin(H, cfg.ValueDim())
+	}
+	return ts
+}
+
+// benchModel builds the random benchmark model on the worker.
+func benchModel(b *testing.B) *qwen35.Model {
+	m, err := qwen35.NewFromConfig(benchConfig(), mlx.Float32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := mlx.Do(context.Background(), func() error { return m.LoadWeights(randomCheckpoint(m.Config(), 1)) }); err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// benchIDs returns n token ids below v.
+func benchIDs(n, v int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32((i*7919 + 13) % v)
+	}
+	return ids
+}
+
+// BenchmarkPrefill128 measures a 128-token prefill from empty caches: one
+// forward, the last row's logits and the new cache state evaluated.
+func BenchmarkPrefill128(b *testing.B) {
+	const n = 128
+	m := benchModel(b)
+	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
+	ids := benchIDs(n, m.Info().VocabSize)
+	b.ResetTimer()
+	var elapsed time.Duration
+	err := mlx.Do(context.Background(), func() error {
+		for range b.N {
+			caches := m.NewCaches()
+			start := time.Now()
+			h, _ := m.Forward(batch(ids, 0), caches)
+			logits := m.Unembed(mlx.SliceAxis(h, 1, n-1, n))
+			if err := mlx.Eval(append(cacheState(caches), logits)...); err != nil {
+				return err
+			}
+			elapsed += time.Since(start)
+			freeCaches(caches)
+			mlx.Sweep()
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "tok/s")
+}
+
+// BenchmarkDecode measures single-token greedy decoding after a 128-token
+// prefill: one forward, the argmax and the cache state evaluated per token.
+func BenchmarkDecode(b *testing.B) {
+	const prompt = 128
+	m := benchModel(b)
+	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
+	ids := benchIDs(prompt, m.Info().VocabSize)
+	var elapsed time.Duration
+	err := mlx.Do(context.Background(), func() error {
+		caches := m.NewCaches()
+		defer freeCaches(caches)
+		h, _ := m.Forward(batch(ids, 0), caches)
+		tok := mlx.Argmax(m.Unembed(mlx.SliceAxis(h, 1, prompt-1, prompt)), -1, false)
+		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+			return err
+		}
+		next, err := tok.Int32s()
+		if err != nil {
+			return err
+		}
+		mlx.Sweep()
+		b.ResetTimer()
+		start := time.Now()
+		for range b.N {
+			h, _ := m.Forward(batch(next, caches[0].Offset()), caches)
+			tok := mlx.Argmax(m.Unembed(h), -1, false)
+			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+				return err
+			}
+			if next, err = tok.Int32s(); err != nil {
+				return err
+			}
+			mlx.Sweep()
+		}
+		elapsed = time.Since(start)
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tok/s")
+}
+
+func cacheState(caches []cache.Cache) []*mlx.Array {
+	var out []*mlx.Array
+	for _, c := range caches {
+		out = append(out, c.State()...)
+	}
+	return out
+}

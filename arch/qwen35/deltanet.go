@@ -1,0 +1,122 @@
+package qwen35
+
+import (
+	"math"
+	"slices"
+
+	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+)
+
+// l2Eps is the epsilon of the q/k L2 normalisation (Hugging Face's l2norm).
+const l2Eps = 1e-6
+
+// deltaNet is the gated delta-net mixer (spec/qwen35.md section 7) of
+// x [1, L, H]. It reads and replaces the state in c, producing the states
+// c.SnapshotSplits asks for inside this same forward.
+func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx.Array {
+	cfg := m.cfg
+	L := x.Dim(1)
+	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
+	tail := cfg.ConvKernel - 1
+
+	mixed := mlx.Linear(x, g.inQKV) // [1, L, convDim], channels q | k | v
+	z := mlx.Reshape(mlx.Linear(x, g.inZ), 1, L, hv, dv)
+	beta := mlx.Sigmoid(mlx.AsType(mlx.Linear(x, g.inB), mlx.Float32)) // [1, L, Hv]
+	a := mlx.AsType(mlx.Linear(x, g.inA), mlx.Float32)
+	// Log-decay g = −exp(A_log)·softplus(a + dt_bias) ≤ 0; decay α = e^g.
+	alpha := mlx.Exp(mlx.Multiply(mlx.Negative(mlx.Exp(g.aLog)), mlx.Softplus(mlx.Add(a, g.dtBias))))
+
+	// Causal depthwise convolution over [tail; rows]: the tail holds the
+	// previous Kc−1 pre-convolution rows, and row t of the output reads
+	// padded rows t … t+Kc−1 (the last tap is the current row).
+	splits := c.SnapshotSplits(L)
+	padded := mlx.Concatenate(1, c.ConvState(), mixed)
+	conv := mlx.Silu(mlx.Conv1d(padded, g.conv, 1, 0, 1, cfg.ConvDim()))
+
+	qkv := mlx.Split(conv, -1, cfg.KeyDim(), 2*cfg.KeyDim())
+	scale := 1 / math.Sqrt(float64(dk))
+	q := mlx.MultiplyScalar(nn.L2Norm(toF32(mlx.Reshape(qkv[0], 1, L, hk, dk)), l2Eps), scale)
+	k := nn.L2Norm(toF32(mlx.Reshape(qkv[1], 1, L, hk, dk)), l2Eps)
+	v := toF32(mlx.Reshape(qkv[2], 1, L, hv, dv))
+	// Value head h reads key head h div (Hv/Hk).
+	q, k = repeatHeads(q, hv/hk), repeatHeads(k, hv/hk)
+
+	bounds := append(slices.Clone(splits), L)
+	out, deltas := gatedDeltaScan(q, k, v, alpha, beta, c.DeltaState(), bounds)
+	convs := make([]*mlx.Array, len(bounds))
+	for i, b := range bounds {
+		// The tail at boundary b: the Kc−1 pre-convolution rows ending at
+		// b, i.e. padded rows b … b+Kc−2.
+		convs[i] = mlx.SliceAxis(padded, 1, b, b+tail)
+	}
+	c.Put(convs, deltas)
+
+	o := nn.GatedRMSNorm(out, z, g.norm, cfg.RMSNormEps)
+	o = mlx.Reshape(mlx.AsType(o, m.dtype), 1, L, cfg.ValueDim())
+	return mlx.Linear(o, g.out)
+}
+
+// gatedDeltaScan runs the gated delta rule token by token, in float32, over
+// q, k [1, L, Hv, Dk], v [1, L, Hv, Dv] and the per-head decay alpha and
+// write strength beta [1, L, Hv], from state [1, Hv, Dv, Dk]:
+//
+//	S ← α_t·S;  δ ← β_t·(v_t − S·k_t);  S ← S + δ ⊗ k_t;  o_t ← S·q_t
+//
+// It returns the outputs [1, L, Hv, Dv] and the state after each boundary in
+// bounds (ascending token counts in 1 … L), all within one graph.
+func gatedDeltaScan(q, k, v, alpha, beta, state *mlx.Array, bounds []int) (out *mlx.Array, states []*mlx.Array) {
+	L, hv, dk, dv := q.Dim(1), q.Dim(2), q.Dim(3), v.Dim(3)
+	// Shapes chosen so every step is a broadcast or a batched matmul over
+	// [1, 1, Hv]: columns for S·x, a row for the outer product.
+	qs := steps(mlx.Reshape(q, 1, L, hv, dk, 1))
+	kCol := steps(mlx.Reshape(k, 1, L, hv, dk, 1))
+	kRow := steps(mlx.Reshape(k, 1, L, hv, 1, dk))
+	vs := steps(mlx.Reshape(v, 1, L, hv, dv, 1))
+	as := steps(mlx.Reshape(alpha, 1, L, hv, 1, 1))
+	bs := steps(mlx.Reshape(beta, 1, L, hv, 1, 1))
+
+	s := mlx.Reshape(state, 1, 1, hv, dv, dk)
+	outs := make([]*mlx.Array, L)
+	next := 0
+	for t := range L {
+		s = mlx.Multiply(s, as[t])
+		delta := mlx.Multiply(bs[t], mlx.Subtract(vs[t], mlx.Matmul(s, kCol[t])))
+		s = mlx.Add(s, mlx.Multiply(delta, kRow[t]))
+		outs[t] = mlx.Matmul(s, qs[t]) // [1, 1, Hv, Dv, 1]
+		if next < len(bounds) && bounds[next] == t+1 {
+			states = append(states, mlx.Reshape(s, 1, hv, dv, dk))
+			next++
+		}
+	}
+	return mlx.Reshape(mlx.Concatenate(1, outs...), 1, L, hv, dv), states
+}
+
+// steps splits a along axis 1 into its L single-token parts.
+func steps(a *mlx.Array) []*mlx.Array {
+	L := a.Dim(1)
+	idx := make([]int, L-1)
+	for i := range idx {
+		idx[i] = i + 1
+	}
+	return mlx.Split(a, 1, idx...)
+}
+
+// repeatHeads repeats each head r times consecutively: [1, L, Hk, D] →
+// [1, L, Hk·r, D].
+func repeatHeads(x *mlx.Array, r int) *mlx.Array {
+	if r == 1 {
+		return x
+	}
+	s := x.Shape()
+	e := mlx.BroadcastTo(mlx.ExpandDims(x, 3), s[0], s[1], s[2], r, s[3])
+	return mlx.Reshape(e, s[0], s[1], s[2]*r, s[3])
+}
+
+func toF32(a *mlx.Array) *mlx.Array {
+	if a.DType() == mlx.Float32 {
+		return a
+	}
+	return mlx.AsType(a, mlx.Float32)
+}

@@ -1,0 +1,234 @@
+// Package qwen35 is the Qwen3.5 target architecture (spec/qwen35.md): a
+// hybrid decoder in which three of every four layers are gated delta-nets
+// (linear attention with a short causal convolution and a recurrent state)
+// and every fourth is gated full attention. Only the text decoder is
+// implemented; vision and multi-token-prediction weights are skipped.
+//
+// The package registers Qwen3_5ForCausalLM and
+// Qwen3_5ForConditionalGeneration; the MoE variants are registered and fail
+// to construct. A Model implements model.Model and model.DraftTarget.
+//
+// Files: config.go reads config.json; weights.go maps checkpoint tensors to
+// the layers and absorbs every checkpoint quirk (prefixes, the (1+w) norm
+// shift, conv layouts); this file holds the forward and attention layers;
+// deltanet.go the gated delta-net.
+package qwen35
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/model"
+	"github.com/specula-dev/specula/registry"
+)
+
+func init() {
+	for _, name := range []string{"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"} {
+		registry.RegisterTarget(name, nil, New)
+	}
+	for _, name := range []string{"Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"} {
+		registry.RegisterTarget(name, nil, func(registry.Config) (*Model, error) { return nil, errMoE })
+	}
+}
+
+// Model is a Qwen3.5 text decoder. Build it with New, then LoadWeights.
+// Forward, Unembed and the DraftTarget methods must run on the MLX worker.
+type Model struct {
+	cfg   *Config
+	dtype mlx.DType // compute dtype
+	rope  nn.RoPE
+	w     *weights // nil until LoadWeights
+	taps  []int    // ascending layer ids whose outputs Forward returns as aux
+}
+
+var _ model.DraftTarget = (*Model)(nil)
+
+// New parses the checkpoint's config.json and returns a weightless model
+// computing in cfg.DType (float32 on the CPU, bfloat16 on GPUs).
+func New(rc registry.Config) (*Model, error) {
+	cfg, err := ParseConfig(rc.JSON)
+	if err != nil {
+		return nil, err
+	}
+	return NewFromConfig(cfg, rc.DType)
+}
+
+// NewFromConfig returns a weightless model for a parsed config.
+func NewFromConfig(cfg *Config, dtype mlx.DType) (*Model, error) {
+	switch dtype {
+	case mlx.Float32, mlx.BFloat16, mlx.Float16:
+	default:
+		return nil, fmt.Errorf("compute dtype %s is not supported: use float32, bfloat16 or float16", dtype)
+	}
+	return &Model{
+		cfg:   cfg,
+		dtype: dtype,
+		rope:  nn.RoPE{Dims: cfg.RopeDim(), Base: float32(cfg.RopeTheta)},
+	}, nil
+}
+
+// Config returns the model's configuration.
+func (m *Model) Config() *Config { return m.cfg }
+
+// DType is the compute dtype.
+func (m *Model) DType() mlx.DType { return m.dtype }
+
+// Info returns the sizes a draft is checked against.
+func (m *Model) Info() model.Info {
+	return model.Info{HiddenSize: m.cfg.HiddenSize, VocabSize: m.cfg.VocabSize, NumLayers: m.cfg.NumLayers}
+}
+
+// NumLayers is the number of decoder layers.
+func (m *Model) NumLayers() int { return m.cfg.NumLayers }
+
+// NewCaches returns one cache per layer: a growing KV cache for attention
+// layers and a recurrent cache (conv tail in the compute dtype, float32 delta
+// state) for delta-net layers.
+func (m *Model) NewCaches() []cache.Cache {
+	c := m.cfg
+	out := make([]cache.Cache, c.NumLayers)
+	for i := range out {
+		if c.FullAttentionLayer(i) {
+			out[i] = cache.NewKV()
+			continue
+		}
+		out[i] = cache.NewRecurrent(cache.RecurrentShape{
+			ConvRows:  c.ConvKernel - 1,
+			ConvDim:   c.ConvDim(),
+			ConvDType: m.dtype,
+			Heads:     c.LinearValueHeads,
+			ValueDim:  c.LinearValueDim,
+			KeyDim:    c.LinearKeyDim,
+		})
+	}
+	return out
+}
+
+// SetLayerTaps selects the layers whose outputs (the residual stream after
+// the layer, before the final norm) Forward returns as aux, concatenated in
+// ascending order. ids must be strictly ascending and below NumLayers; an
+// empty list clears the taps.
+func (m *Model) SetLayerTaps(ids []int) error {
+	for i, id := range ids {
+		if id < 0 || id >= m.cfg.NumLayers {
+			return fmt.Errorf("qwen35: layer tap %d is out of range: the model has %d layers (0 … %d)", id, m.cfg.NumLayers, m.cfg.NumLayers-1)
+		}
+		if i > 0 && id <= ids[i-1] {
+			return fmt.Errorf("qwen35: layer taps %v must be strictly ascending and unique", ids)
+		}
+	}
+	m.taps = slices.Clone(ids)
+	return nil
+}
+
+// TokenEmbeddings looks up ids [B, L] in the embedding table: [B, L, H], no
+// scaling.
+func (m *Model) TokenEmbeddings(ids *mlx.Array) *mlx.Array {
+	return mlx.Take(m.mustWeights().embed, ids, 0)
+}
+
+// Unembed maps hidden states [B, L, H] (after the final norm) to logits
+// [B, L, V].
+func (m *Model) Unembed(hidden *mlx.Array) *mlx.Array {
+	return mlx.Linear(hidden, m.mustWeights().head)
+}
+
+// RawLogits is the plain output head; for Qwen3.5 it equals Unembed.
+func (m *Model) RawLogits(hidden *mlx.Array) *mlx.Array { return m.Unembed(hidden) }
+
+func (m *Model) mustWeights() *weights {
+	if m.w == nil {
+		panic("qwen35: the model has no weights: call LoadWeights first")
+	}
+	return m.w
+}
+
+// Forward runs the decoder over b.InputIDs [1, L] at slots SeqOffsets[0] …
+// SeqOffsets[0]+L−1, updating caches (from NewCaches), and returns the final
+// hidden states [1, L, H] after the final norm and aux: the concatenated
+// layer taps [1, L, nTaps·H] when taps are set, else the hidden states.
+//
+// It builds one lazy graph and never evaluates. Right padding is not
+// supported: SeqQueryLens, when given, must equal L (it panics otherwise,
+// as it does for B != 1, a wrong cache list, or SeqOffsets[0] differing
+// from the caches' offset: these are programming errors).
+func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.Array) {
+	w := m.mustWeights()
+	ids := b.InputIDs
+	if ids == nil || ids.NDim() != 2 || ids.Dim(0) != 1 {
+		panic(fmt.Sprintf("qwen35: Forward wants InputIDs [1, L], got %v", ids))
+	}
+	L := ids.Dim(1)
+	if len(b.SeqQueryLens) > 0 && b.SeqQueryLens[0] != L {
+		panic(fmt.Sprintf("qwen35: SeqQueryLens %v with %d rows: right padding is not supported; forward only the real rows", b.SeqQueryLens, L))
+	}
+	if len(caches) != m.cfg.NumLayers {
+		panic(fmt.Sprintf("qwen35: Forward got %d caches for %d layers (use NewCaches)", len(caches), m.cfg.NumLayers))
+	}
+	offset := caches[0].Offset()
+	if len(b.SeqOffsets) > 0 && b.SeqOffsets[0] != offset {
+		panic(fmt.Sprintf("qwen35: Batch.SeqOffsets[0] = %d but the caches sit at offset %d", b.SeqOffsets[0], offset))
+	}
+
+	// Check every cache before touching any, so a misuse leaves them as
+	// they were.
+	for i, c := range caches {
+		_, kv := c.(*cache.KV)
+		_, rec := c.(*cache.Recurrent)
+		if want := m.cfg.FullAttentionLayer(i); (want && !kv) || (!want && !rec) {
+			panic(fmt.Sprintf("qwen35: layer %d (%s) got a %T cache (use NewCaches)", i, m.cfg.LayerTypes[i], c))
+		}
+	}
+
+	eps := m.cfg.RMSNormEps
+	h := mlx.Take(w.embed, ids, 0)
+	var taps []*mlx.Array
+	next := 0 // index into m.taps
+	for i, ly := range w.layers {
+		x := nn.RMSNorm(h, ly.inputNorm, eps)
+		if ly.attn != nil {
+			x = m.attention(ly.attn, x, offset, caches[i].(*cache.KV))
+		} else {
+			x = m.deltaNet(ly.delta, x, caches[i].(*cache.Recurrent))
+		}
+		h = mlx.Add(h, x)
+		h = mlx.Add(h, nn.SwiGLU(nn.RMSNorm(h, ly.postNorm, eps), ly.mlp.gate, ly.mlp.up, ly.mlp.down))
+		if next < len(m.taps) && m.taps[next] == i {
+			taps = append(taps, h)
+			next++
+		}
+	}
+	hidden = nn.RMSNorm(h, w.norm, eps)
+	if len(taps) == 0 {
+		return hidden, hidden
+	}
+	return hidden, mlx.Concatenate(-1, taps...)
+}
+
+// attention is the gated full-attention mixer (spec/qwen35.md section 6) of
+// x [1, L, H] at slots offset … offset+L−1.
+func (m *Model) attention(a *attentionWeights, x *mlx.Array, offset int, c *cache.KV) *mlx.Array {
+	cfg := m.cfg
+	L, hq, hkv, d := x.Dim(1), cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
+	eps := cfg.RMSNormEps
+
+	// q_proj gives per head [query D | gate D] (interleaved per head).
+	qg := mlx.Reshape(nn.Linear(x, a.q, a.qBias), 1, L, hq, 2*d)
+	parts := mlx.Split(qg, -1, d)
+	q := nn.RMSNorm(parts[0], a.qNorm, eps)
+	gate := mlx.Reshape(parts[1], 1, L, hq*d)
+	k := nn.RMSNorm(mlx.Reshape(nn.Linear(x, a.k, a.kBias), 1, L, hkv, d), a.kNorm, eps)
+	v := mlx.Reshape(nn.Linear(x, a.v, a.vBias), 1, L, hkv, d)
+
+	q = m.rope.Apply(mlx.Transpose(q, 0, 2, 1, 3), offset)
+	k = m.rope.Apply(mlx.Transpose(k, 0, 2, 1, 3), offset)
+	v = mlx.Transpose(v, 0, 2, 1, 3)
+
+	o := nn.MergeHeads(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d)))))
+	o = mlx.Multiply(o, mlx.Sigmoid(gate))
+	return nn.Linear(o, a.o, a.oBias)
+}

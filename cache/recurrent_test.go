@@ -1,0 +1,176 @@
+package cache_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/mlx/mlxtest"
+)
+
+var testShape = cache.RecurrentShape{ConvRows: 2, ConvDim: 3, ConvDType: mlx.Float32, Heads: 2, ValueDim: 2, KeyDim: 3}
+
+// input returns the pre-convolution rows [1, n, ConvDim] of slots from …
+// from+n−1 (slot s carries s+1 plus a channel fraction).
+func input(from, n int) *mlx.Array {
+	var d []float32
+	for s := from; s < from+n; s++ {
+		for ch := range testShape.ConvDim {
+			d = append(d, float32(s+1)+float32(ch)/10)
+		}
+	}
+	return mlx.FromFloat32s(d, 1, n, testShape.ConvDim)
+}
+
+// fakeLayer plays a gated delta-net layer over c: the tail is the last
+// ConvRows input rows and the delta state follows S ← S/2 + x_t (x_t's
+// channel sum broadcast over the state). It honours SnapshotSplits.
+func fakeLayer(c *cache.Recurrent, x *mlx.Array) {
+	n := x.Dim(1)
+	splits := c.SnapshotSplits(n)
+	rows := mlx.Concatenate(1, c.ConvState(), x)
+	state := c.DeltaState()
+	var convs, deltas []*mlx.Array
+	next := 0
+	for t := 1; t <= n; t++ {
+		xt := mlx.Sum(mlx.SliceAxis(x, 1, t-1, t), false)
+		state = mlx.Add(mlx.MultiplyScalar(state, 0.5), xt)
+		if t == n || (next < len(splits) && splits[next] == t) {
+			convs = append(convs, mlx.SliceAxis(rows, 1, t, t+testShape.ConvRows))
+			deltas = append(deltas, state)
+			next++
+		}
+	}
+	c.Put(convs, deltas)
+}
+
+// equalState fails unless a and b hold the same offset and values.
+func equalState(t *mlxtest.T, name string, a, b *cache.Recurrent) {
+	t.Helper()
+	if a.Offset() != b.Offset() {
+		t.Fatalf("%s: offset %d, want %d", name, a.Offset(), b.Offset())
+	}
+	for i, pair := range [][2]*mlx.Array{{a.ConvState(), b.ConvState()}, {a.DeltaState(), b.DeltaState()}} {
+		x, y := t.Float32s(pair[0]), t.Float32s(pair[1])
+		if fmt.Sprint(x) != fmt.Sprint(y) {
+			t.Fatalf("%s: state %d is %v, want %v", name, i, x, y)
+		}
+	}
+}
+
+func TestRecurrentStartsAtZeros(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		c := cache.NewRecurrent(testShape)
+		t.Shape(c.ConvState(), 1, 2, 3)
+		t.Shape(c.DeltaState(), 1, 2, 2, 3)
+		if c.DeltaState().DType() != mlx.Float32 {
+			t.Fatalf("delta dtype %s", c.DeltaState().DType())
+		}
+		for _, v := range append(t.Float32s(c.ConvState()), t.Float32s(c.DeltaState())...) {
+			if v != 0 {
+				t.Fatal("fresh state is not zero")
+			}
+		}
+	})
+}
+
+func TestRecurrentSplitsAndPut(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		c := cache.NewRecurrent(testShape)
+		fakeLayer(c, input(0, 2))
+		c.PrepareSnapshots([]int{2, 3, 5, 6, 9})
+		if got := c.SnapshotSplits(4); !eqInts(got, []int{1, 3}) {
+			t.Fatalf("splits of a 4-row write at 2 for %v: %v, want [1 3] (strictly inside)", []int{2, 3, 5, 6, 9}, got)
+		}
+		mustPanic(t, "want 3 of each", func() { c.Put([]*mlx.Array{c.ConvState()}, []*mlx.Array{c.DeltaState()}) })
+		fakeLayer(c, input(2, 4))
+		snaps := c.TakeSnapshots()
+		for i, want := range []int{2, 3, 5, 6} {
+			if snaps[i] == nil || snaps[i].Offset() != want || snaps[i].Size() == 0 {
+				t.Fatalf("snapshot %d: %v, want one captured at %d", i, snaps[i], want)
+			}
+		}
+		if snaps[4] != nil {
+			t.Fatal("offset 9 was never reached but has a snapshot")
+		}
+		// Restore rules: a snapshot only to its own offset; no live rewind.
+		if c.Restore(nil, 5) || !c.Restore(nil, 6) {
+			t.Fatal("live rewind must fail except to the current offset")
+		}
+		if c.Restore(snaps[1], 2) || !c.Restore(snaps[1], 3) || c.Offset() != 3 {
+			t.Fatal("snapshot at 3 must restore to exactly 3")
+		}
+		direct := cache.NewRecurrent(testShape)
+		fakeLayer(direct, input(0, 3))
+		equalState(t, "restored to 3", c, direct)
+		for _, s := range snaps[:4] {
+			s.Close()
+		}
+		if c.Restore(snaps[2], 5) {
+			t.Fatal("a closed snapshot was restored")
+		}
+		mustPanic(t, "without SnapshotSplits", func() { c.Put(nil, nil) })
+	})
+}
+
+// TestRecurrentRollbackProperty: a k-row write with per-token snapshots then
+// a restore to j (through Schedule/Commit) equals writing j rows directly,
+// for every j < k, with and without a prefix, for a batched write and for
+// single-row writes.
+func TestRecurrentRollbackProperty(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		for _, prefix := range []int{0, 1, 5} {
+			for _, k := range []int{1, 2, 5, 8} {
+				for j := range k {
+					for _, step := range []int{1, k} {
+						name := fmt.Sprintf("prefix %d, %d rows in steps of %d, keep %d", prefix, k, step, j)
+						c := cache.NewRecurrent(testShape)
+						if prefix > 0 {
+							fakeLayer(c, input(0, prefix))
+						}
+						cache.Schedule([]cache.Cache{c}, prefix, k)
+						x := mlx.Concatenate(1, input(prefix, j), input(prefix+j+junk, k-j))
+						for i := 0; i < k; i += step {
+							fakeLayer(c, mlx.SliceAxis(x, 1, i, min(i+step, k)))
+						}
+						cache.Commit([]cache.Cache{c}, j, k, prefix)
+						direct := cache.NewRecurrent(testShape)
+						if prefix+j > 0 {
+							fakeLayer(direct, input(0, prefix+j))
+						}
+						equalState(t, name, c, direct)
+						// And the next write continues identically.
+						fakeLayer(c, input(prefix+j, 2))
+						fakeLayer(direct, input(prefix+j, 2))
+						equalState(t, name+", then 2 rows", c, direct)
+						c.Free()
+						direct.Free()
+						mlx.Sweep()
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestRecurrentCapturesCurrentOffsetAtOnce(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		c := cache.NewRecurrent(testShape)
+		fakeLayer(c, input(0, 3))
+		c.PrepareSnapshots([]int{3, 4})
+		fakeLayer(c, input(3, 1)) // a single-row write: no splits, end captured
+		snaps := c.TakeSnapshots()
+		if snaps[0] == nil || snaps[0].Offset() != 3 || snaps[1] == nil || snaps[1].Offset() != 4 {
+			t.Fatalf("snapshots %v, want captures at 3 (at once) and 4 (end of the write)", snaps)
+		}
+		if !c.Restore(snaps[0], 3) {
+			t.Fatal("restore to 3 failed")
+		}
+		direct := cache.NewRecurrent(testShape)
+		fakeLayer(direct, input(0, 3))
+		equalState(t, "restored", c, direct)
+		snaps[0].Close()
+		snaps[1].Close()
+	})
+}
