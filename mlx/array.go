@@ -142,6 +142,11 @@ func (a *Array) Size() int {
 	return n
 }
 
+// NBytes is the size of the array's data in bytes (elements × dtype size).
+func (a *Array) NBytes() int64 {
+	return int64(a.Size()) * int64(a.DType().Size())
+}
+
 // String describes the array's shape and dtype (not its values).
 func (a *Array) String() string {
 	if a == nil {

@@ -26,6 +26,10 @@ type Config struct {
 	SelectorDepth int
 	// EOS lists the end-of-sequence token ids.
 	EOS []int32
+	// Controller is the depth controller to train; nil makes a fresh one.
+	// A loaded pair shares one across requests (each request may build its
+	// own Core over fresh caches).
+	Controller *Controller
 	// Logger receives the per-request summary (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -46,7 +50,11 @@ func NewCore(cfg Config) *Core {
 	if cfg.Drafter != nil {
 		limit = cfg.Drafter.Limit()
 	}
-	c := &Core{cfg: cfg, depth: NewController(limit, cfg.MaxDepth), eos: map[int32]bool{}, log: cfg.Logger}
+	depth := cfg.Controller
+	if depth == nil {
+		depth = NewController(limit, cfg.MaxDepth)
+	}
+	c := &Core{cfg: cfg, depth: depth, eos: map[int32]bool{}, log: cfg.Logger}
 	for _, id := range cfg.EOS {
 		c.eos[id] = true
 	}

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -48,7 +49,26 @@ const (
 )
 
 func main() {
+	setupLogging(os.Stderr, os.Getenv("SPECULA_LOG"))
 	os.Exit(dispatch(&env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
+}
+
+// setupLogging sends the libraries' structured logs to w at the level named
+// by SPECULA_LOG ("debug", "info", "warn" (default), "error"): a command's
+// own output stays clean unless the user asks for more.
+func setupLogging(w io.Writer, level string) {
+	var l slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		l = slog.LevelDebug
+	case "info":
+		l = slog.LevelInfo
+	case "error":
+		l = slog.LevelError
+	default:
+		l = slog.LevelWarn
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 func dispatch(e *env, args []string) int {
@@ -97,6 +117,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'specula <command> --help' for a command's flags.")
+	fmt.Fprintln(w, "Set SPECULA_LOG=info (or debug) to see the libraries' logs on stderr.")
 }
 
 // newFlags returns a flag set for a subcommand that reports errors instead of

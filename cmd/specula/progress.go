@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// progressBar shows loading progress on stderr: a redrawn bar on a terminal,
+// one line per finished phase otherwise (logs and tests stay readable).
+type progressBar struct {
+	w       io.Writer
+	tty     bool
+	phase   string
+	total   int64
+	start   time.Time
+	lastLen int
+	drawn   time.Time
+}
+
+func newProgressBar(w io.Writer) *progressBar {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progressBar{w: w, tty: tty}
+}
+
+// update is an engine.Progress.
+func (p *progressBar) update(phase string, done, total int64) {
+	if phase != p.phase {
+		p.finishPhase()
+		p.phase, p.total, p.start = phase, total, time.Now()
+	}
+	p.total = total
+	if !p.tty || (time.Since(p.drawn) < 100*time.Millisecond && done < total) {
+		return
+	}
+	p.drawn = time.Now()
+	const width = 30
+	frac := 1.0
+	if total > 0 {
+		frac = float64(done) / float64(total)
+	}
+	n := int(frac * width)
+	line := fmt.Sprintf("loading %s [%s%s] %3.0f%% %s / %s", phase, strings.Repeat("#", n), strings.Repeat("-", width-n), 100*frac, humanBytes(done), humanBytes(total))
+	pad := max(0, p.lastLen-len(line))
+	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", pad))
+	p.lastLen = len(line)
+}
+
+func (p *progressBar) finishPhase() {
+	if p.phase == "" {
+		return
+	}
+	msg := fmt.Sprintf("loaded %s: %s in %.1fs", p.phase, humanBytes(p.total), time.Since(p.start).Seconds())
+	if p.tty {
+		pad := max(0, p.lastLen-len(msg))
+		fmt.Fprintf(p.w, "\r%s%s\n", msg, strings.Repeat(" ", pad))
+	} else {
+		fmt.Fprintln(p.w, msg)
+	}
+	p.phase, p.lastLen = "", 0
+}
+
+// done ends the last phase.
+func (p *progressBar) done() { p.finishPhase() }
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

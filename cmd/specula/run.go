@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/registry"
+	"github.com/specula-dev/specula/tokenizer"
+)
+
+func init() {
+	register(&command{name: "run", summary: "generate from a manifest's target (and draft)", run: runRun})
+}
+
+// genFlags are the generation flags shared by run and bench.
+type genFlags struct {
+	manifest    string
+	maxTokens   int
+	temperature optFloat
+	topK        optInt
+	topP        optFloat
+	minP        optFloat
+	seed        optUint
+	noDraft     bool
+	stops       stringList
+}
+
+func (g *genFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.manifest, "m", "", "manifest `file` (required)")
+	fs.StringVar(&g.manifest, "manifest", "", "manifest `file` (same as -m)")
+	fs.IntVar(&g.maxTokens, "max-tokens", 0, "generate at most `n` tokens (default: the manifest's max_tokens, else 256)")
+	fs.Var(&g.temperature, "temperature", "sampling temperature; 0 is greedy (default: the manifest's, else 0)")
+	fs.Var(&g.topK, "top-k", "keep the k most likely tokens (0: off)")
+	fs.Var(&g.topP, "top-p", "nucleus sampling threshold (1: off)")
+	fs.Var(&g.minP, "min-p", "drop tokens below min-p × the top probability (0: off)")
+	fs.Var(&g.seed, "seed", "random seed for reproducible sampling")
+	fs.BoolVar(&g.noDraft, "no-draft", false, "decode plainly, without the draft")
+	fs.Var(&g.stops, "stop", "stop at this `text` (repeatable)")
+}
+
+func (g *genFlags) request() engine.Request {
+	r := engine.Request{MaxTokens: g.maxTokens, NoDraft: g.noDraft, StopStrings: g.stops}
+	if g.temperature.set {
+		v := float32(g.temperature.v)
+		r.Temperature = &v
+	}
+	if g.topK.set {
+		r.TopK = &g.topK.v
+	}
+	if g.topP.set {
+		v := float32(g.topP.v)
+		r.TopP = &v
+	}
+	if g.minP.set {
+		v := float32(g.minP.v)
+		r.MinP = &v
+	}
+	if g.seed.set {
+		r.Seed = &g.seed.v
+	}
+	return r
+}
+
+func runRun(e *env, args []string) int {
+	fs := newFlags(e, "run", "-m MANIFEST [flags] [PROMPT | -]")
+	var g genFlags
+	g.register(fs)
+	ids := fs.String("ids", "", "prompt as comma-separated token `ids` instead of text")
+	asJSON := fs.Bool("json", false, "print one JSON object (ids, text, done_reason, stats) instead of streaming")
+	chat := fs.Bool("chat", false, "wrap the prompt in the checkpoint's chat template (as a user turn)")
+	system := fs.String("system", "", "system `message` for --chat")
+	noThink := fs.Bool("no-think", false, "with --chat, pass enable_thinking=false to the template (Qwen3.5)")
+	quiet := fs.Bool("quiet", false, "no progress or stats on stderr")
+	pos, code, ok := parseFlags(e, fs, args)
+	if !ok {
+		return code
+	}
+	if g.manifest == "" {
+		fmt.Fprintln(e.stderr, "specula run: -m MANIFEST is required")
+		fs.Usage()
+		return exitUsage
+	}
+	if len(pos) > 1 {
+		fmt.Fprintf(e.stderr, "specula run: one prompt argument expected, got %d (quote the prompt)\n", len(pos))
+		return exitUsage
+	}
+	req := g.request()
+	prompt := ""
+	if len(pos) == 1 {
+		prompt = pos[0]
+		if prompt == "-" {
+			b, err := io.ReadAll(os.Stdin)
+			if err != nil {
+				return fail(e, "run", err)
+			}
+			prompt = string(b)
+		}
+	}
+	if *ids != "" {
+		if prompt != "" {
+			fmt.Fprintln(e.stderr, "specula run: give either --ids or a text prompt, not both")
+			return exitUsage
+		}
+		parsed, err := parseIDs(*ids)
+		if err == nil && len(parsed) == 0 {
+			err = errors.New("no ids given")
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "specula run: --ids: %v\n", err)
+			return exitUsage
+		}
+		req.IDs = parsed
+	} else if prompt == "" {
+		fmt.Fprintln(e.stderr, "specula run: a prompt (or --ids) is required")
+		return exitUsage
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var bar *progressBar
+	if !*quiet {
+		bar = newProgressBar(e.stderr)
+	}
+	eng, err := loadEngine(ctx, g.manifest, bar)
+	if err != nil {
+		return fail(e, "run", err)
+	}
+	if *chat && req.IDs == nil {
+		tok := eng.Tokenizer()
+		if tok == nil {
+			return fail(e, "run", engine.ErrNoTokenizer)
+		}
+		var msgs []tokenizer.Message
+		if *system != "" {
+			msgs = append(msgs, tokenizer.Message{Role: "system", Content: *system})
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
+		var extra map[string]any
+		if *noThink {
+			extra = map[string]any{"enable_thinking": false}
+		}
+		if prompt, err = tok.ApplyChat(msgs, true, extra); err != nil {
+			return fail(e, "run", err)
+		}
+	}
+	req.Prompt = prompt
+
+	streamIDs := req.IDs != nil || eng.Tokenizer() == nil
+	var onToken func(engine.Token) error
+	if !*asJSON {
+		first := true
+		onToken = func(t engine.Token) error {
+			if streamIDs {
+				if !first {
+					fmt.Fprint(e.stdout, " ")
+				}
+				fmt.Fprint(e.stdout, t.ID)
+			} else {
+				fmt.Fprint(e.stdout, t.Text)
+			}
+			first = false
+			flush(e.stdout)
+			return nil
+		}
+	}
+	resp, err := eng.Generate(ctx, req, onToken)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fail(e, "run", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(runJSON(resp, errors.Is(err, context.Canceled))); err != nil {
+			return fail(e, "run", err)
+		}
+		return exitOK
+	}
+	fmt.Fprintln(e.stdout)
+	if !*quiet {
+		fmt.Fprintln(e.stderr, statsLine(resp))
+	}
+	if errors.Is(err, context.Canceled) {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// loadEngine loads a manifest, showing progress on bar (if not nil).
+func loadEngine(ctx context.Context, manifest string, bar *progressBar) (*engine.Engine, error) {
+	opts := engine.Options{}
+	if bar != nil {
+		opts.Progress = bar.update
+	}
+	opts.LoadPlugin = loadPlugin
+	eng, err := engine.Load(ctx, manifest, opts)
+	if bar != nil {
+		bar.done()
+	}
+	return eng, err
+}
+
+// loadPlugin launches plugin drafts; nil until the plugin host is linked in.
+var loadPlugin func(ctx context.Context, name, sha256 string, reg *registry.Registry) error
+
+// runOutput is the --json result of specula run.
+type runOutput struct {
+	IDs        []int32   `json:"ids"`
+	Text       string    `json:"text,omitempty"`
+	DoneReason string    `json:"done_reason"`
+	Stats      statsJSON `json:"stats"`
+	Timings    timings   `json:"timings"`
+}
+
+type statsJSON struct {
+	Rounds               int            `json:"rounds"`
+	DraftRounds          int            `json:"draft_rounds"`
+	Drafted              int            `json:"drafted"`
+	Accepted             int            `json:"accepted"`
+	AcceptanceRate       float64        `json:"acceptance_rate"`
+	MeanAcceptanceLength float64        `json:"mean_acceptance_length"`
+	AcceptanceByPosition []float64      `json:"acceptance_by_position"`
+	Fallbacks            map[string]int `json:"fallbacks"`
+	DepthPolicy          string         `json:"depth_policy"`
+	DraftMS              float64        `json:"draft_ms"`
+	VerifyMS             float64        `json:"verify_ms"`
+	OverheadMS           float64        `json:"overhead_ms"`
+}
+
+type timings struct {
+	PromptTokens    int     `json:"prompt_tokens"`
+	PrefillMS       float64 `json:"prefill_ms"`
+	FirstTokenMS    float64 `json:"first_token_ms"`
+	DecodeMS        float64 `json:"decode_ms"`
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	TotalMS         float64 `json:"total_ms"`
+}
+
+func runJSON(r *engine.Response, cancelled bool) runOutput {
+	st := r.Stats
+	out := runOutput{
+		IDs:        r.IDs,
+		Text:       r.Text,
+		DoneReason: r.DoneReason,
+		Stats: statsJSON{
+			Rounds:               st.Iterations,
+			DraftRounds:          st.DraftRounds,
+			Drafted:              st.Drafted,
+			Accepted:             st.Accepted,
+			AcceptanceRate:       st.AcceptanceRate(),
+			MeanAcceptanceLength: st.MeanAcceptanceLength(),
+			AcceptanceByPosition: st.PerPositionAcceptance(),
+			Fallbacks:            st.Fallback,
+			DepthPolicy:          st.DepthPolicy,
+			DraftMS:              st.DraftMS,
+			VerifyMS:             st.VerifyMS,
+			OverheadMS:           st.OverheadMS,
+		},
+		Timings: timings{
+			PromptTokens:    r.PromptTokens,
+			PrefillMS:       ms(r.PrefillTime),
+			FirstTokenMS:    ms(r.FirstTokenTime),
+			DecodeMS:        ms(r.DecodeTime),
+			TokensPerSecond: r.TokensPerSecond(),
+			TotalMS:         ms(r.Total),
+		},
+	}
+	if out.IDs == nil {
+		out.IDs = []int32{}
+	}
+	if out.Stats.AcceptanceByPosition == nil {
+		out.Stats.AcceptanceByPosition = []float64{}
+	}
+	if out.Stats.Fallbacks == nil {
+		out.Stats.Fallbacks = map[string]int{}
+	}
+	if cancelled {
+		out.DoneReason = "cancelled"
+	}
+	return out
+}
+
+// statsLine is the one-line summary printed after streaming.
+func statsLine(r *engine.Response) string {
+	st := r.Stats
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d tokens, %.1f tok/s, first token %.0f ms", len(r.IDs), r.TokensPerSecond(), ms(r.FirstTokenTime))
+	if st.DraftRounds > 0 {
+		fmt.Fprintf(&b, ", mean acceptance length %.2f", st.MeanAcceptanceLength())
+		b.WriteString(", acceptance by position [")
+		for i, a := range st.PerPositionAcceptance() {
+			if i > 0 {
+				b.WriteString(" ")
+			}
+			fmt.Fprintf(&b, "%.2f", a)
+		}
+		b.WriteString("]")
+	} else {
+		fmt.Fprintf(&b, ", no drafting: %s", st.DepthPolicy)
+	}
+	fmt.Fprintf(&b, " (%s)", r.DoneReason)
+	return b.String()
+}

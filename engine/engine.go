@@ -1,0 +1,274 @@
+// Package engine ties a resolved manifest's target, draft, caches, sampler and
+// tokenizer into Generate: load a manifest once, then serve requests one at a
+// time on the MLX worker, streaming tokens.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/loader"
+	"github.com/specula-dev/specula/manifests"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/model"
+	"github.com/specula-dev/specula/registry"
+	"github.com/specula-dev/specula/speculation"
+	"github.com/specula-dev/specula/tokenizer"
+)
+
+// Progress reports loading: phase names the step ("target weights", ...);
+// done and total count bytes (total 0 when unknown).
+type Progress func(phase string, done, total int64)
+
+// Options configure Load.
+type Options struct {
+	// Registry resolves architectures (nil: registry.Default).
+	Registry *registry.Registry
+	// LoadPlugin launches plugin drafts (nil refuses manifests that name
+	// one); see manifests.Options.
+	LoadPlugin func(ctx context.Context, name, sha256 string, reg *registry.Registry) error
+	// Progress, if set, is called as weights are read.
+	Progress Progress
+	// Logger receives structured logs (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Engine is a loaded manifest: a target with weights, an optional draft,
+// the tokenizer when the target folder has one, and the depth controller
+// that persists across requests.
+type Engine struct {
+	plan   *manifests.Plan
+	target model.Model
+	tok    *tokenizer.Dir
+
+	draft      model.BlockDraft    // built-in block draft, or nil
+	selector   bool                // the manifest declared "selector"
+	drafter    speculation.Drafter // a plugin drafter, or nil
+	controller *speculation.Controller
+
+	eos    []int32
+	totals speculation.Stats
+	log    *slog.Logger
+	// LoadTime is how long Load took.
+	LoadTime time.Duration
+}
+
+// Load resolves the manifest at path, checks that its weights are present
+// and loads them. It runs its MLX work on the worker.
+func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
+	start := time.Now()
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := manifests.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	gpu, err := mlx.Call(ctx, func() (bool, error) { return mlx.GPUAvailable(), nil })
+	if err != nil {
+		return nil, err
+	}
+	plan, err := manifests.Resolve(ctx, m, opts.Registry, manifests.Options{GPU: gpu, LoadPlugin: opts.LoadPlugin})
+	if err != nil {
+		return nil, err
+	}
+	if err := plan.Ready(); err != nil {
+		return nil, err
+	}
+	for _, w := range plan.Warnings {
+		log.Warn(w, "manifest", path)
+	}
+	e := &Engine{plan: plan, target: plan.Target.Model(), log: log}
+	if _, err := os.Stat(filepath.Join(plan.Target.Dir, "tokenizer.json")); err == nil {
+		if e.tok, err = tokenizer.LoadDir(plan.Target.Dir); err != nil {
+			return nil, err
+		}
+		e.eos = append(e.eos, e.tok.EOS...)
+	}
+	err = mlx.Do(ctx, func() error {
+		if err := loadWeights(e.target, "target weights", plan.Target.Dir, opts.Progress); err != nil {
+			return fmt.Errorf("loading target %s from %s: %w", plan.Target.Architecture, plan.Target.Dir, err)
+		}
+		return e.loadDraft(plan, opts.Progress)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.LoadTime = time.Since(start)
+	return e, nil
+}
+
+// loadDraft loads the draft's weights (built-in) or builds the plugin's
+// drafter, and sets up the depth controller.
+func (e *Engine) loadDraft(plan *manifests.Plan, progress Progress) error {
+	if plan.Draft == nil || plan.Speculation.Mode == manifests.ModeOff {
+		e.controller = speculation.NewController(0, 0)
+		return nil
+	}
+	limit := 0
+	if f, ok := plan.Draft.Instance().(speculation.DrafterFactory); ok {
+		dt, ok := plan.Target.DraftTarget()
+		if !ok {
+			return fmt.Errorf("draft %s needs a target declaring the draft-target capability", plan.Draft.Architecture)
+		}
+		d, err := f.NewDrafter(dt, nil)
+		if err != nil {
+			return fmt.Errorf("starting draft %s: %w", plan.Draft.Architecture, err)
+		}
+		e.drafter = d
+		limit = d.Limit()
+	} else {
+		bd, ok := plan.Draft.BlockDraft()
+		if !ok {
+			return fmt.Errorf("draft %s: the speculation core drives block drafts; declare \"block-draft\" in [draft] capabilities", plan.Draft.Architecture)
+		}
+		if err := loadWeights(bd, "draft weights", plan.Draft.Dir, progress); err != nil {
+			return fmt.Errorf("loading draft %s from %s: %w", plan.Draft.Architecture, plan.Draft.Dir, err)
+		}
+		_, e.selector = plan.Draft.Selector()
+		e.selector = e.selector && plan.Speculation.Mode == manifests.ModeSelector
+		e.draft = bd
+		size, _ := bd.BlockParams()
+		limit = size - 1
+	}
+	e.controller = speculation.NewController(limit, plan.Speculation.MaxDepth)
+	return nil
+}
+
+// weightLoader is what loadWeights needs of a target or draft.
+type weightLoader interface {
+	LoadWeights(map[string]*mlx.Array) error
+}
+
+// loadWeights maps a checkpoint's tensors lazily through MLX's own loader
+// (validated by package loader first: MLX reads into its own allocations,
+// on CUDA straight to device memory), binds them, and reads what the model
+// keeps in groups so progress can be reported.
+func loadWeights(m weightLoader, phase, dir string, progress Progress) error {
+	ck, err := loader.OpenCheckpoint(dir)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	tensors := map[string]*mlx.Array{}
+	for _, shard := range ck.Shards() {
+		arrays, err := mlx.LoadSafetensors(shard.Path())
+		if err != nil {
+			return fmt.Errorf("%s: %w", shard.Path(), err)
+		}
+		for name, a := range arrays {
+			// The index decides which shard holds a tensor.
+			if info, ok := ck.Tensor(name); ok && info.Path == shard.Path() {
+				tensors[name] = a
+			}
+		}
+	}
+	if err := m.LoadWeights(tensors); err != nil {
+		return err
+	}
+	if h, ok := m.(model.WeightHolder); ok {
+		if err := evalWithProgress(h.Weights(), phase, progress); err != nil {
+			return err
+		}
+	}
+	mlx.Sweep()
+	return nil
+}
+
+// evalWithProgress evaluates arrays in groups of about 256 MiB.
+func evalWithProgress(arrays []*mlx.Array, phase string, progress Progress) error {
+	const group = 256 << 20
+	var total int64
+	for _, a := range arrays {
+		total += a.NBytes()
+	}
+	var done, pending int64
+	var batch []*mlx.Array
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := mlx.Eval(batch...); err != nil {
+			return err
+		}
+		done += pending
+		pending, batch = 0, batch[:0]
+		if progress != nil {
+			progress(phase, done, total)
+		}
+		return nil
+	}
+	if progress != nil {
+		progress(phase, 0, total)
+	}
+	for _, a := range arrays {
+		batch = append(batch, a)
+		pending += a.NBytes()
+		if pending >= group {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// Plan returns the resolved manifest.
+func (e *Engine) Plan() *manifests.Plan { return e.plan }
+
+// Tokenizer returns the target folder's tokenizer, or nil when it has none.
+func (e *Engine) Tokenizer() *tokenizer.Dir { return e.tok }
+
+// Target returns the loaded target.
+func (e *Engine) Target() model.Model { return e.target }
+
+// Controller returns the depth controller shared by the engine's requests.
+func (e *Engine) Controller() *speculation.Controller { return e.controller }
+
+// Totals returns the speculation counters summed over every request so far.
+func (e *Engine) Totals() speculation.Stats { return e.totals }
+
+// HasDraft reports whether requests can draft.
+func (e *Engine) HasDraft() bool { return e.draft != nil || e.drafter != nil }
+
+// newCore builds the per-request speculation core over fresh caches and
+// returns a function that frees them.
+func (e *Engine) newCore(eos []int32) (*speculation.Core, func()) {
+	targetCaches := e.target.NewCaches()
+	var draftCaches []cache.Cache
+	cfg := speculation.Config{
+		Target:        e.target,
+		TargetCaches:  targetCaches,
+		MaxDepth:      e.plan.Speculation.MaxDepth,
+		SelectorDepth: e.plan.Speculation.FixedDepth,
+		EOS:           eos,
+		Controller:    e.controller,
+		Logger:        e.log,
+	}
+	switch {
+	case e.draft != nil:
+		draftCaches = e.draft.NewCaches()
+		cfg.Drafter = speculation.NewBlockDrafter(e.draft, targetCaches, draftCaches, e.selector)
+	case e.drafter != nil:
+		cfg.Drafter = e.drafter
+	}
+	free := func() {
+		for _, c := range append(targetCaches, draftCaches...) {
+			if c != nil {
+				c.Free()
+			}
+		}
+	}
+	return speculation.NewCore(cfg), free
+}
+
+// ErrNoTokenizer is returned for a text prompt when the target folder has no
+// tokenizer.json.
+var ErrNoTokenizer = errors.New("the target checkpoint has no tokenizer.json: pass token ids instead of text")

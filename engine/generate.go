@@ -1,0 +1,268 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/sample"
+	"github.com/specula-dev/specula/speculation"
+	"github.com/specula-dev/specula/tokenizer"
+)
+
+// Request is one generation request. Zero values take the manifest's
+// [sampling] defaults, then the built-in ones (greedy, 256 tokens).
+type Request struct {
+	// Prompt is text to encode with the target's tokenizer; ignored when
+	// IDs is set.
+	Prompt string
+	// IDs is the prompt as token ids.
+	IDs []int32
+
+	// MaxTokens bounds the generated tokens (0: default).
+	MaxTokens int
+	// Temperature, TopK, TopP, MinP, penalties and seed override the
+	// manifest's defaults when set (non-nil).
+	Temperature *float32
+	TopK        *int
+	TopP        *float32
+	MinP        *float32
+	Seed        *uint64
+
+	// StopIDs end generation like EOS (not emitted).
+	StopIDs []int32
+	// StopStrings end generation when the decoded text contains one (the
+	// text up to it is emitted).
+	StopStrings []string
+
+	// NoDraft decodes plainly even when a draft is loaded.
+	NoDraft bool
+}
+
+// Token is one streamed token: its id and the text it completes (may be ""
+// while a multi-byte character is incomplete, or when there is no
+// tokenizer).
+type Token struct {
+	ID   int32
+	Text string
+}
+
+// Response is what Generate produced.
+type Response struct {
+	// IDs are the generated token ids in order (no stop token).
+	IDs []int32
+	// Text is their decoded text (empty without a tokenizer).
+	Text string
+	// DoneReason is "stop" (EOS, stop id or stop string) or "length".
+	DoneReason string
+	// Stats are the request's speculation counters.
+	Stats speculation.Stats
+	// PromptTokens is the prompt length; PrefillTime the time to write it.
+	PromptTokens int
+	PrefillTime  time.Duration
+	// FirstTokenTime is the time from the call to the first emitted token.
+	FirstTokenTime time.Duration
+	// DecodeTime is the time from the first emitted token to the last.
+	DecodeTime time.Duration
+	// Total is the wall time of the call.
+	Total time.Duration
+}
+
+// TokensPerSecond is the decode rate after the first token.
+func (r *Response) TokensPerSecond() float64 {
+	if len(r.IDs) < 2 || r.DecodeTime <= 0 {
+		return 0
+	}
+	return float64(len(r.IDs)-1) / r.DecodeTime.Seconds()
+}
+
+// defaultMaxTokens bounds requests that set no budget.
+const defaultMaxTokens = 256
+
+// errStop ends decoding early from the emit callback (a stop string).
+var errStop = errors.New("stop string")
+
+// Generate runs one request on the MLX worker, calling onToken for each
+// emitted token (on the worker goroutine: keep it quick). Requests are
+// serialised. Cancelling ctx stops between rounds and returns ctx.Err() with
+// the partial response; the caches are released either way.
+func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) error) (*Response, error) {
+	start := time.Now()
+	prompt := req.IDs
+	if len(prompt) == 0 {
+		if e.tok == nil {
+			return nil, ErrNoTokenizer
+		}
+		if req.Prompt == "" {
+			return nil, errors.New("empty prompt")
+		}
+		prompt = e.tok.Tokenizer.Encode(req.Prompt, tokenizer.EncodeOptions{})
+	}
+	vocab := e.target.Info().VocabSize
+	for i, id := range prompt {
+		if id < 0 || (vocab > 0 && int(id) >= vocab) {
+			return nil, fmt.Errorf("prompt token %d at position %d is outside the vocabulary [0, %d)", id, i, vocab)
+		}
+	}
+	opts, budget := e.sampling(req)
+	eos := slices.Concat(e.eos, req.StopIDs)
+	for _, id := range e.plan.Sampling.StopTokens {
+		eos = append(eos, int32(id))
+	}
+	stops := slices.Concat(e.plan.Sampling.StopStrings, req.StopStrings)
+
+	resp := &Response{PromptTokens: len(prompt)}
+	var stream *tokenizer.Stream
+	if e.tok != nil {
+		stream = e.tok.Tokenizer.NewStream()
+		stream.SkipSpecial = true
+	}
+	var text strings.Builder
+	var firstAt, lastAt time.Time
+	err := mlx.Do(ctx, func() error {
+		core, free := e.newCore(eos)
+		defer func() {
+			free()
+			mlx.Sweep()
+			mlx.ClearCache()
+		}()
+		s := core.Open(speculation.Request{Sampler: sample.New(opts, prompt), NoDraft: req.NoDraft})
+		defer func() {
+			s.Close()
+			resp.Stats = *s.Stats()
+			e.totals.Add(&resp.Stats)
+		}()
+		t0 := time.Now()
+		seed, pos, err := s.Prefill(ctx, prompt)
+		resp.PrefillTime = time.Since(t0)
+		if err != nil {
+			return err
+		}
+		d := s.Decoder(seed, pos)
+		defer d.Close()
+		res, err := speculation.Run(ctx, d, budget, func(id int32) error {
+			now := time.Now()
+			if firstAt.IsZero() {
+				firstAt = now
+			}
+			lastAt = now
+			resp.IDs = append(resp.IDs, id)
+			tok := Token{ID: id}
+			if stream != nil {
+				tok.Text = stream.Add(id)
+				begin := text.Len()
+				text.WriteString(tok.Text)
+				if cut, ok := stopAt(text.String(), stops); ok {
+					// Emit the text before the stop string, then end.
+					tok.Text = tok.Text[:max(0, cut-begin)]
+					if onToken != nil && tok.Text != "" {
+						if err := onToken(tok); err != nil {
+							return err
+						}
+					}
+					return errStop
+				}
+			}
+			if onToken != nil {
+				return onToken(tok)
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, errStop):
+			resp.DoneReason = string(speculation.DoneStop)
+			return nil
+		case err != nil:
+			return err
+		}
+		resp.DoneReason = string(res.Reason)
+		return nil
+	})
+	resp.Total = time.Since(start)
+	if !firstAt.IsZero() {
+		resp.FirstTokenTime = firstAt.Sub(start)
+		resp.DecodeTime = lastAt.Sub(firstAt)
+	}
+	if e.tok != nil {
+		resp.Text, _ = e.tok.Tokenizer.Decode(resp.IDs, true)
+		if cut, ok := stopAt(resp.Text, stops); ok {
+			resp.Text = resp.Text[:cut]
+		}
+	}
+	return resp, err
+}
+
+// stopAt returns the index of the earliest stop string in text.
+func stopAt(text string, stops []string) (int, bool) {
+	best := -1
+	for _, s := range stops {
+		if s == "" {
+			continue
+		}
+		if i := strings.Index(text, s); i >= 0 && (best < 0 || i < best) {
+			best = i
+		}
+	}
+	return best, best >= 0
+}
+
+// sampling merges the request over the manifest's defaults.
+func (e *Engine) sampling(req Request) (sample.Options, int) {
+	m := e.plan.Sampling
+	var o sample.Options
+	if m.Temperature != nil {
+		o.Temperature = float32(*m.Temperature)
+	}
+	if m.TopK != nil {
+		o.TopK = *m.TopK
+	}
+	if m.TopP != nil {
+		o.TopP = float32(*m.TopP)
+	}
+	if m.MinP != nil {
+		o.MinP = float32(*m.MinP)
+	}
+	if m.RepeatPenalty != nil {
+		o.RepeatPenalty = float32(*m.RepeatPenalty)
+	}
+	if m.PresencePenalty != nil {
+		o.PresencePenalty = float32(*m.PresencePenalty)
+	}
+	if m.FrequencyPenalty != nil {
+		o.FrequencyPenalty = float32(*m.FrequencyPenalty)
+	}
+	o.RepeatLastN = 64
+	if m.RepeatLastN != nil {
+		o.RepeatLastN = *m.RepeatLastN
+	}
+	if m.Seed != nil {
+		o.Seed, o.UseSeed = uint64(*m.Seed), true
+	}
+	budget := defaultMaxTokens
+	if m.MaxTokens != nil {
+		budget = *m.MaxTokens
+	}
+	if req.Temperature != nil {
+		o.Temperature = *req.Temperature
+	}
+	if req.TopK != nil {
+		o.TopK = *req.TopK
+	}
+	if req.TopP != nil {
+		o.TopP = *req.TopP
+	}
+	if req.MinP != nil {
+		o.MinP = *req.MinP
+	}
+	if req.Seed != nil {
+		o.Seed, o.UseSeed = *req.Seed, true
+	}
+	if req.MaxTokens > 0 {
+		budget = req.MaxTokens
+	}
+	return o, budget
+}
