@@ -1,0 +1,377 @@
+// Package synth writes random-weight checkpoint folders in the Hugging Face
+// layout: a Qwen3.5 text model, a DFlash or DFlash2 draft for it, and a
+// small tokenizer. The demo, benchmarks and tests use them where real
+// weights are unavailable or too large. Weights are drawn from a seeded
+// generator, so the same options give byte-identical folders.
+//
+// The distributions follow the reference fixtures' recipe
+// (../shared/fixtures/*/README.md): zero-centred norms near 0, projections
+// scaled by 1/sqrt(fan_in), so activations stay in a sensible range and
+// greedy argmax decisions are well separated.
+package synth
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/specula-dev/specula/loader"
+)
+
+// DType is a storage dtype for random weights.
+type DType string
+
+// Storage dtypes.
+const (
+	Float32  DType = "float32"
+	BFloat16 DType = "bfloat16"
+)
+
+// Qwen35 describes a random Qwen3.5 text model (Qwen3_5ForCausalLM).
+type Qwen35 struct {
+	Vocab, Hidden, Intermediate, Layers int
+	Heads, KVHeads, HeadDim             int
+	LinearKeyHeads, LinearValueHeads    int
+	LinearKeyDim, LinearValueDim        int
+	ConvKernel                          int
+	// FullAttentionInterval makes layer i full attention iff (i+1) % it == 0.
+	FullAttentionInterval int
+	RopeTheta             float64
+	PartialRotary         float64
+	TieEmbeddings         bool
+	DType                 DType
+	Seed                  uint64
+}
+
+// Qwen35Shape returns the layer shapes of a released Qwen3.5 size ("0.8B",
+// "4B", "27B") with the given number of layers (0 keeps the release's).
+func Qwen35Shape(size string, layers int) (Qwen35, error) {
+	q := Qwen35{Vocab: 248320, HeadDim: 256, LinearKeyHeads: 16, LinearKeyDim: 128, LinearValueDim: 128,
+		ConvKernel: 4, FullAttentionInterval: 4, RopeTheta: 1e7, PartialRotary: 0.25, DType: BFloat16, Seed: 1}
+	switch size {
+	case "0.8B":
+		q.Hidden, q.Intermediate, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads, q.TieEmbeddings = 1024, 3584, 24, 8, 2, 16, true
+	case "4B":
+		q.Hidden, q.Intermediate, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads, q.TieEmbeddings = 2560, 9216, 32, 16, 4, 32, true
+	case "27B":
+		q.Hidden, q.Intermediate, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads = 5120, 17408, 64, 24, 4, 48
+	default:
+		return q, fmt.Errorf("unknown Qwen3.5 size %q (known: 0.8B, 4B, 27B)", size)
+	}
+	if layers > 0 {
+		q.Layers = layers
+	}
+	return q, nil
+}
+
+func (q Qwen35) layerTypes() []string {
+	t := make([]string, q.Layers)
+	for i := range t {
+		if (i+1)%q.FullAttentionInterval == 0 {
+			t[i] = "full_attention"
+		} else {
+			t[i] = "linear_attention"
+		}
+	}
+	return t
+}
+
+// Params is the number of parameters the checkpoint holds.
+func (q Qwen35) Params() int64 {
+	var n int64
+	for _, t := range q.tensors() {
+		n += t.numel()
+	}
+	return n
+}
+
+// spec is one tensor to draw.
+type spec struct {
+	name  string
+	shape []int
+	draw  func(r *rand.Rand) float64
+	f32   bool // stored float32 whatever the checkpoint dtype (A_log, GDN norm)
+}
+
+func (s spec) numel() int64 {
+	n := int64(1)
+	for _, d := range s.shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+func normal(mean, std float64) func(r *rand.Rand) float64 {
+	return func(r *rand.Rand) float64 { return mean + std*r.NormFloat64() }
+}
+
+func proj(fanIn int, gain float64) func(r *rand.Rand) float64 {
+	return normal(0, gain/math.Sqrt(float64(fanIn)))
+}
+
+func (q Qwen35) tensors() []spec {
+	H := q.Hidden
+	keyDim := q.LinearKeyHeads * q.LinearKeyDim
+	valueDim := q.LinearValueHeads * q.LinearValueDim
+	convDim := 2*keyDim + valueDim
+	var out []spec
+	add := func(name string, draw func(*rand.Rand) float64, shape ...int) {
+		out = append(out, spec{name: name, shape: shape, draw: draw})
+	}
+	add("model.embed_tokens.weight", normal(0, 0.1), q.Vocab, H)
+	for i, kind := range q.layerTypes() {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		add(p+"input_layernorm.weight", normal(0, 0.1), H)
+		add(p+"post_attention_layernorm.weight", normal(0, 0.1), H)
+		if kind == "full_attention" {
+			D := q.HeadDim
+			add(p+"self_attn.q_proj.weight", proj(H, 0.6), q.Heads*2*D, H)
+			add(p+"self_attn.k_proj.weight", proj(H, 0.6), q.KVHeads*D, H)
+			add(p+"self_attn.v_proj.weight", proj(H, 0.6), q.KVHeads*D, H)
+			add(p+"self_attn.o_proj.weight", proj(q.Heads*D, 1.2), H, q.Heads*D)
+			add(p+"self_attn.q_norm.weight", normal(0, 0.1), D)
+			add(p+"self_attn.k_norm.weight", normal(0, 0.1), D)
+		} else {
+			add(p+"linear_attn.in_proj_qkv.weight", proj(H, 0.6), convDim, H)
+			add(p+"linear_attn.in_proj_z.weight", proj(H, 0.6), valueDim, H)
+			add(p+"linear_attn.in_proj_b.weight", proj(H, 0.6), q.LinearValueHeads, H)
+			add(p+"linear_attn.in_proj_a.weight", proj(H, 0.6), q.LinearValueHeads, H)
+			add(p+"linear_attn.conv1d.weight", normal(0, 0.3), convDim, 1, q.ConvKernel)
+			add(p+"linear_attn.dt_bias", normal(0, 0.5), q.LinearValueHeads)
+			out = append(out, spec{name: p + "linear_attn.A_log", shape: []int{q.LinearValueHeads}, f32: true,
+				draw: func(r *rand.Rand) float64 { return math.Log(0.05 + 1.95*r.Float64()) }})
+			out = append(out, spec{name: p + "linear_attn.norm.weight", shape: []int{q.LinearValueDim}, f32: true, draw: normal(1, 0.1)})
+			add(p+"linear_attn.out_proj.weight", proj(valueDim, 1.2), H, valueDim)
+		}
+		add(p+"mlp.gate_proj.weight", proj(H, 0.6), q.Intermediate, H)
+		add(p+"mlp.up_proj.weight", proj(H, 0.6), q.Intermediate, H)
+		add(p+"mlp.down_proj.weight", proj(q.Intermediate, 1.2), H, q.Intermediate)
+	}
+	add("model.norm.weight", normal(2, 0.1), H)
+	if !q.TieEmbeddings {
+		add("lm_head.weight", proj(H, 1), q.Vocab, H)
+	}
+	return out
+}
+
+func (q Qwen35) config() map[string]any {
+	return map[string]any{
+		"architectures":           []string{"Qwen3_5ForCausalLM"},
+		"model_type":              "qwen3_5_text",
+		"vocab_size":              q.Vocab,
+		"hidden_size":             q.Hidden,
+		"intermediate_size":       q.Intermediate,
+		"num_hidden_layers":       q.Layers,
+		"num_attention_heads":     q.Heads,
+		"num_key_value_heads":     q.KVHeads,
+		"head_dim":                q.HeadDim,
+		"linear_num_key_heads":    q.LinearKeyHeads,
+		"linear_num_value_heads":  q.LinearValueHeads,
+		"linear_key_head_dim":     q.LinearKeyDim,
+		"linear_value_head_dim":   q.LinearValueDim,
+		"linear_conv_kernel_dim":  q.ConvKernel,
+		"layer_types":             q.layerTypes(),
+		"rms_norm_eps":            1e-6,
+		"hidden_act":              "silu",
+		"max_position_embeddings": 32768,
+		"tie_word_embeddings":     q.TieEmbeddings,
+		"attention_bias":          false,
+		"rope_parameters": map[string]any{
+			"rope_type":             "default",
+			"rope_theta":            q.RopeTheta,
+			"partial_rotary_factor": q.PartialRotary,
+		},
+		"torch_dtype": string(q.DType),
+	}
+}
+
+// Write writes config.json and model.safetensors into dir (created).
+func (q Qwen35) Write(dir string) error {
+	return writeCheckpoint(dir, q.config(), q.tensors(), q.DType, q.Seed)
+}
+
+// DFlash describes a random DFlash (Selector == false) or DFlash2 draft for
+// a target of hidden size Hidden and vocabulary Vocab.
+type DFlash struct {
+	Hidden, Vocab, Layers, Heads, KVHeads, HeadDim, Intermediate int
+	BlockSize                                                    int
+	MaskToken                                                    int
+	TargetLayerIDs                                               []int
+	TargetLayers                                                 int
+	// SlidingWindow > 0 makes every layer sliding (non-causal, as released
+	// DFlash2 drafts are); 0 makes them full attention.
+	SlidingWindow int
+	RopeTheta     float64
+	// DFlash2 adds the dynamic convolutions and the candidate selector.
+	DFlash2                    bool
+	ConvKernel, ConvGroup      int
+	SelectorRank, SelectorTopK int
+	DType                      DType
+	Seed                       uint64
+}
+
+func (d DFlash) tensors() []spec {
+	H := d.Hidden
+	F := len(d.TargetLayerIDs) * H
+	var out []spec
+	add := func(name string, draw func(*rand.Rand) float64, shape ...int) {
+		out = append(out, spec{name: name, shape: shape, draw: draw})
+	}
+	add("fc.weight", proj(F, 1), H, F)
+	add("hidden_norm.weight", normal(1, 0.1), H)
+	add("norm.weight", normal(3, 0.2), H)
+	D := d.HeadDim
+	for l := range d.Layers {
+		p := fmt.Sprintf("layers.%d.", l)
+		add(p+"input_layernorm.weight", normal(1, 0.1), H)
+		add(p+"post_attention_layernorm.weight", normal(1, 0.1), H)
+		add(p+"self_attn.q_proj.weight", proj(H, 0.6), d.Heads*D, H)
+		add(p+"self_attn.k_proj.weight", proj(H, 0.6), d.KVHeads*D, H)
+		add(p+"self_attn.v_proj.weight", proj(H, 0.6), d.KVHeads*D, H)
+		add(p+"self_attn.o_proj.weight", proj(d.Heads*D, 1.5), H, d.Heads*D)
+		add(p+"self_attn.q_norm.weight", normal(1, 0.1), D)
+		add(p+"self_attn.k_norm.weight", normal(1, 0.1), D)
+		add(p+"mlp.gate_proj.weight", proj(H, 0.6), d.Intermediate, H)
+		add(p+"mlp.up_proj.weight", proj(H, 0.6), d.Intermediate, H)
+		add(p+"mlp.down_proj.weight", proj(d.Intermediate, 1.5), H, d.Intermediate)
+		if d.DFlash2 {
+			G := H / d.ConvGroup
+			for _, m := range []string{"attention_conv", "mlp_conv"} {
+				base := spec{name: p + m + ".base_kernel", shape: []int{2, d.ConvKernel, H}}
+				kc, h := d.ConvKernel, H
+				base.draw = baseKernel(kc, h)
+				out = append(out, base)
+				add(p+m+".kernel_projection.weight", proj(H, 0.2), 2*d.ConvKernel*G, H)
+			}
+		}
+	}
+	if d.DFlash2 {
+		add("candidate_selector.predecessor_codebook", normal(0, 1), d.Vocab, d.SelectorRank)
+		add("candidate_selector.successor_codebook", normal(0, 1), d.Vocab, d.SelectorRank)
+		add("candidate_selector.hidden_projection.weight", proj(H, 1), d.SelectorRank, H)
+	}
+	return out
+}
+
+// baseKernel draws tap 0 (the current row) near 1 and the others near 0, as
+// the fixtures do, filling [2, Kc, H] in row-major order.
+func baseKernel(kc, h int) func(r *rand.Rand) float64 {
+	i := 0
+	return func(r *rand.Rand) float64 {
+		tap := (i / h) % kc
+		i++
+		if tap == 0 {
+			return 1 + 0.2*r.NormFloat64()
+		}
+		return 0.3 * r.NormFloat64()
+	}
+}
+
+func (d DFlash) config() map[string]any {
+	dc := map[string]any{
+		"block_size":       d.BlockSize,
+		"mask_token_id":    d.MaskToken,
+		"target_layer_ids": d.TargetLayerIDs,
+	}
+	arch := "DFlashDraftModel"
+	if d.DFlash2 {
+		arch = "DFlash2DraftModel"
+		dc["conv_kernel_size"] = d.ConvKernel
+		dc["conv_group_size"] = d.ConvGroup
+		dc["selector_rank"] = d.SelectorRank
+		dc["selector_top_k"] = d.SelectorTopK
+	}
+	cfg := map[string]any{
+		"architectures":       []string{arch},
+		"model_type":          "qwen3",
+		"hidden_size":         d.Hidden,
+		"num_hidden_layers":   d.Layers,
+		"num_attention_heads": d.Heads,
+		"num_key_value_heads": d.KVHeads,
+		"head_dim":            d.HeadDim,
+		"intermediate_size":   d.Intermediate,
+		"rms_norm_eps":        1e-6,
+		"hidden_act":          "silu",
+		"vocab_size":          d.Vocab,
+		"num_target_layers":   d.TargetLayers,
+		"block_size":          d.BlockSize,
+		"rope_theta":          d.RopeTheta,
+		"dflash_config":       dc,
+		"attention_bias":      false,
+		"torch_dtype":         string(d.DType),
+	}
+	if d.SlidingWindow > 0 {
+		types := make([]string, d.Layers)
+		for i := range types {
+			types[i] = "sliding_attention"
+		}
+		cfg["layer_types"] = types
+		cfg["sliding_window"] = d.SlidingWindow
+		cfg["use_sliding_window"] = true
+		cfg["is_causal"] = false
+	}
+	return cfg
+}
+
+// Write writes config.json and model.safetensors into dir (created).
+func (d DFlash) Write(dir string) error {
+	return writeCheckpoint(dir, d.config(), d.tensors(), d.DType, d.Seed)
+}
+
+// writeCheckpoint draws every tensor (in a fixed order, from one seeded
+// generator) and writes the folder.
+func writeCheckpoint(dir string, config map[string]any, specs []spec, dtype DType, seed uint64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	tensors := make([]loader.Tensor, 0, len(specs))
+	for _, s := range specs {
+		t := loader.Tensor{Name: s.name}
+		for _, d := range s.shape {
+			t.Shape = append(t.Shape, uint64(d))
+		}
+		n := s.numel()
+		if dtype == BFloat16 && !s.f32 {
+			t.DType, t.Data = mustDType("BF16"), make([]byte, 2*n)
+			for i := range n {
+				binary.LittleEndian.PutUint16(t.Data[2*i:], bf16(float32(s.draw(r))))
+			}
+		} else {
+			t.DType, t.Data = mustDType("F32"), make([]byte, 4*n)
+			for i := range n {
+				binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(float32(s.draw(r))))
+			}
+		}
+		tensors = append(tensors, t)
+	}
+	cfg, err := json.MarshalIndent(config, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), append(cfg, '\n'), 0o644); err != nil {
+		return err
+	}
+	return loader.WriteFile(filepath.Join(dir, "model.safetensors"), tensors, map[string]string{"format": "pt", "generator": "specula synth"})
+}
+
+func mustDType(name string) loader.DType {
+	d, ok := loader.ParseDType(name)
+	if !ok {
+		panic("synth: unknown safetensors dtype " + name)
+	}
+	return d
+}
+
+// bf16 rounds a float32 to bfloat16 bits, to nearest even.
+func bf16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 { // NaN: keep it quiet
+		return uint16(b>>16) | 0x40
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
