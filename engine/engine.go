@@ -240,7 +240,7 @@ func (e *Engine) HasDraft() bool { return e.draft != nil || e.drafter != nil }
 
 // newCore builds the per-request speculation core over fresh caches and
 // returns a function that frees them.
-func (e *Engine) newCore(eos []int32) (*speculation.Core, func()) {
+func (e *Engine) newCore(eos []int32, req Request) (*speculation.Core, func()) {
 	targetCaches := e.target.NewCaches()
 	var draftCaches []cache.Cache
 	cfg := speculation.Config{
@@ -249,10 +249,15 @@ func (e *Engine) newCore(eos []int32) (*speculation.Core, func()) {
 		MaxDepth:      e.plan.Speculation.MaxDepth,
 		SelectorDepth: e.plan.Speculation.FixedDepth,
 		EOS:           eos,
+		FixedDepth:    req.FixedDepth,
 		Controller:    e.controller,
 		Logger:        e.log,
 	}
 	switch {
+	case req.Drafter != nil:
+		cfg.Drafter = req.Drafter
+		// The request's drafter must not train the loaded pair's controller.
+		cfg.Controller = nil
 	case e.draft != nil:
 		draftCaches = e.draft.NewCaches()
 		cfg.Drafter = speculation.NewBlockDrafter(e.draft, targetCaches, draftCaches, e.selector)

@@ -41,6 +41,11 @@ type Request struct {
 
 	// NoDraft decodes plainly even when a draft is loaded.
 	NoDraft bool
+
+	// Drafter replaces the loaded draft for this request (benchmarks pass a
+	// speculation.Oracle); FixedDepth > 0 pins the depth.
+	Drafter    speculation.Drafter
+	FixedDepth int
 }
 
 // Token is one streamed token: its id and the text it completes (may be ""
@@ -124,7 +129,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	var text strings.Builder
 	var firstAt, lastAt time.Time
 	err := mlx.Do(ctx, func() error {
-		core, free := e.newCore(eos)
+		core, free := e.newCore(eos, req)
 		defer func() {
 			free()
 			mlx.Sweep()

@@ -24,6 +24,9 @@ type Config struct {
 	MaxDepth int
 	// SelectorDepth is the fixed depth of selector sessions (0 means 7).
 	SelectorDepth int
+	// FixedDepth, when > 0, pins every drafting session to this depth
+	// without training the controller (benchmarks sweep depths with it).
+	FixedDepth int
 	// EOS lists the end-of-sequence token ids.
 	EOS []int32
 	// Controller is the depth controller to train; nil makes a fresh one.
@@ -125,6 +128,9 @@ func (c *Core) Open(req Request) *Session {
 		s.offReason = FallbackLogprobs
 	case req.NoDraft:
 		s.offReason = FallbackNoDraft
+	case c.cfg.FixedDepth > 0:
+		s.fixedDepth = true
+		s.limit = c.cfg.FixedDepth
 	case c.cfg.Drafter.Selector():
 		s.fixedDepth = true
 		s.limit = c.selectorDepth()
@@ -135,6 +141,8 @@ func (c *Core) Open(req Request) *Session {
 	switch {
 	case s.offReason != "":
 		s.stats.DepthPolicy = "off (" + s.offReason + ")"
+	case c.cfg.FixedDepth > 0:
+		s.stats.DepthPolicy = fmt.Sprintf("pinned %d", s.limit)
 	case s.fixedDepth:
 		s.stats.DepthPolicy = fmt.Sprintf("fixed %d", s.limit)
 	default:

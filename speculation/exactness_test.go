@@ -344,3 +344,34 @@ func chiSquareCritical(k, z float64) float64 {
 	a := 2 / (9 * k)
 	return k * math.Pow(1-a+z*math.Sqrt(a), 3)
 }
+
+// The oracle proposes the target's own continuation: every draft is
+// accepted, and the output is unchanged.
+func TestOracleIsAlwaysAccepted(t *testing.T) {
+	const vocab = 12
+	target, _ := markovPair(5, vocab, 0, 3)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		prompt := []int32{4, 9}
+		plain := newMarkovRig(target, nil, 0)
+		want, _, err := plain.generate(context.Background(), prompt, sample.Options{}, 20, -1, true)
+		t.NoErr(err)
+		caches := newCaches()
+		core := NewCore(Config{Target: &markovTarget{table: target}, TargetCaches: caches[:1],
+			Drafter: NewOracle(append(slices.Clone(prompt), want.Tokens...), 15), FixedDepth: 4})
+		s := core.Open(Request{Sampler: sample.New(sample.Options{}, prompt)})
+		seed, pos, err := s.Prefill(context.Background(), prompt)
+		t.NoErr(err)
+		d := s.Decoder(seed, pos)
+		got, err := Run(context.Background(), d, 20, func(int32) error { return nil })
+		t.NoErr(err)
+		d.Close()
+		s.Close()
+		if !slices.Equal(got.Tokens, want.Tokens) {
+			t.Fatalf("oracle run %v, plain %v", got.Tokens, want.Tokens)
+		}
+		st := s.Stats()
+		if st.Drafted == 0 || st.Accepted != st.Drafted || st.DepthPolicy != "pinned 4" {
+			t.Fatalf("oracle stats %+v: want every draft accepted at pinned depth 4", st)
+		}
+	})
+}

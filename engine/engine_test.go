@@ -1,0 +1,184 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	_ "github.com/specula-dev/specula/arch/all"
+	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/internal/fixtures"
+)
+
+// reference is the part of a fixture's reference.json the tests use.
+type reference struct {
+	PromptIDs []int32 `json:"prompt_ids"`
+	GreedyIDs []int32 `json:"greedy_ids"`
+}
+
+func loadReference(t *testing.T, name string) reference {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtures.Dir(t, name), "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reference
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// writeManifest writes a manifest for the fixture target and, when draft is
+// not "", the fixture draft of that name.
+func writeManifest(t *testing.T, draft string, extra string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "schema = 1\nname = \"test\"\n[target]\npath = %q\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n", fixtures.Dir(t, "qwen35-tiny"))
+	switch draft {
+	case "dflash-tiny":
+		fmt.Fprintf(&b, "[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n", fixtures.Dir(t, draft))
+	case "dflash2-tiny":
+		fmt.Fprintf(&b, "[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\", \"selector\"]\n", fixtures.Dir(t, draft))
+	}
+	b.WriteString(extra)
+	path := filepath.Join(t.TempDir(), "m.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func load(t *testing.T, manifest string) *engine.Engine {
+	t.Helper()
+	e, err := engine.Load(context.Background(), manifest, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// The fixture target's greedy continuation through the whole engine (load,
+// prefill, pipelined plain decode) equals transformers' greedy_ids.
+func TestPlainGreedyMatchesFixture(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	e := load(t, writeManifest(t, "", ""))
+	var streamed []int32
+	resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: len(ref.GreedyIDs)}, func(tok engine.Token) error {
+		streamed = append(streamed, tok.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(resp.IDs, ref.GreedyIDs) || !slices.Equal(streamed, resp.IDs) {
+		t.Fatalf("ids %v (streamed %v), want %v", resp.IDs, streamed, ref.GreedyIDs)
+	}
+	if resp.DoneReason != "length" || resp.PromptTokens != len(ref.PromptIDs) {
+		t.Fatalf("done %q, prompt tokens %d", resp.DoneReason, resp.PromptTokens)
+	}
+}
+
+// Speculative greedy output equals the plain greedy output for both drafts
+// and many prompts (the fixture drafts are random, so most drafts are
+// rejected: rollback runs every round).
+func TestSpeculativeGreedyEqualsPlain(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	plain := load(t, writeManifest(t, "", ""))
+	for _, draft := range []string{"dflash-tiny", "dflash2-tiny"} {
+		t.Run(draft, func(t *testing.T) {
+			spec := load(t, writeManifest(t, draft, "[speculation]\nmax_depth = 7\n"))
+			for i := range 20 {
+				prompt := ref.PromptIDs[i%4 : 4+i]
+				budget := 4 + (i*7)%29
+				want, err := plain.Generate(context.Background(), engine.Request{IDs: prompt, MaxTokens: budget}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := spec.Generate(context.Background(), engine.Request{IDs: prompt, MaxTokens: budget}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got.IDs, want.IDs) {
+					t.Fatalf("prompt %d: speculative %v, plain %v", i, got.IDs, want.IDs)
+				}
+			}
+			if st := spec.Totals(); st.DraftRounds == 0 {
+				t.Fatalf("no drafting round ran over 20 prompts: %+v", st)
+			}
+		})
+	}
+}
+
+// An id in the stop list ends generation without being emitted.
+func TestStopIDs(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	e := load(t, writeManifest(t, "dflash-tiny", ""))
+	stop := ref.GreedyIDs[5]
+	resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: 32, StopIDs: []int32{stop}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(resp.IDs, ref.GreedyIDs[:5]) || resp.DoneReason != "stop" {
+		t.Fatalf("ids %v reason %q, want %v and stop", resp.IDs, resp.DoneReason, ref.GreedyIDs[:5])
+	}
+}
+
+// Seeded sampling is reproducible and, with a draft, still a valid run.
+func TestSeededSamplingIsReproducible(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	e := load(t, writeManifest(t, "dflash-tiny", "[sampling]\ntemperature = 0.9\ntop_p = 0.95\n"))
+	seed := uint64(7)
+	run := func() []int32 {
+		resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: 16, Seed: &seed}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.IDs
+	}
+	a, b := run(), run()
+	if !slices.Equal(a, b) || len(a) != 16 {
+		t.Fatalf("same seed gave %v and %v", a, b)
+	}
+}
+
+// Cancelling mid-request returns the partial output (a prefix of the full
+// one) and leaves the engine ready for the next request.
+func TestCancellationMidRequest(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	e := load(t, writeManifest(t, "dflash-tiny", ""))
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	resp, err := e.Generate(ctx, engine.Request{IDs: ref.PromptIDs, MaxTokens: 32}, func(engine.Token) error {
+		if n++; n == 6 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if len(resp.IDs) < 6 || !slices.Equal(resp.IDs, ref.GreedyIDs[:len(resp.IDs)]) {
+		t.Fatalf("partial output %v is not a prefix of %v", resp.IDs, ref.GreedyIDs)
+	}
+	again, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: 8}, nil)
+	if err != nil || !slices.Equal(again.IDs, ref.GreedyIDs[:8]) {
+		t.Fatalf("after a cancelled request: %v, %v", again.IDs, err)
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	e := load(t, writeManifest(t, "", ""))
+	if _, err := e.Generate(context.Background(), engine.Request{IDs: []int32{1, 512}}, nil); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Fatalf("token 512 of a 512-token vocabulary: %v", err)
+	}
+	if _, err := e.Generate(context.Background(), engine.Request{Prompt: "hello"}, nil); !errors.Is(err, engine.ErrNoTokenizer) {
+		t.Fatalf("text prompt without a tokenizer: %v", err)
+	}
+}
