@@ -94,7 +94,7 @@ func (c *Recurrent) PrepareSnapshots(offsets []int) {
 
 func (c *Recurrent) captureDue(offset int) {
 	for _, i := range c.sched.due(offset, offset) {
-		c.sched.snaps[i] = newRecSnapshot(offset, c.ConvState(), c.DeltaState())
+		c.sched.snaps[i] = c.snapshot(offset, c.ConvState(), c.DeltaState())
 	}
 }
 
@@ -138,7 +138,7 @@ func (c *Recurrent) Put(conv, delta []*mlx.Array) {
 	start := c.offset
 	for j, split := range c.splits {
 		for _, i := range c.sched.due(start+split, start+split) {
-			c.sched.snaps[i] = newRecSnapshot(start+split, conv[j], delta[j])
+			c.sched.snaps[i] = c.snapshot(start+split, conv[j], delta[j])
 		}
 	}
 	last := len(c.splits)
@@ -156,17 +156,16 @@ func (c *Recurrent) TakeSnapshots() []Snapshot { return c.sched.take() }
 
 // Restore moves the cache to offset target. Without a snapshot only
 // target == Offset succeeds (nothing to do): a recurrent state cannot be
-// rewound. With a snapshot of a Recurrent cache, target must equal its
+// rewound. With a snapshot taken from this cache, target must equal its
 // offset, and its state is installed.
 func (c *Recurrent) Restore(s Snapshot, target int) bool {
 	if s == nil {
 		return target == c.offset
 	}
 	rs, ok := s.(*recSnapshot)
-	if !ok || rs.closed || target != rs.offset {
+	if !ok || rs.cache != c || rs.closed || target != rs.offset {
 		return false
 	}
-	c.checkShapes("Restore", rs.conv, rs.delta)
 	c.ensure()
 	c.conv = replace(c.conv, rs.conv)
 	c.delta = replace(c.delta, rs.delta)
@@ -196,16 +195,18 @@ func (c *Recurrent) Free() {
 	c.pending, c.splits = -1, nil
 }
 
-// recSnapshot holds a pin on the arrays of one state.
+// recSnapshot holds a pin on the arrays of one state of cache.
 type recSnapshot struct {
+	cache       *Recurrent
 	offset      int
 	conv, delta *mlx.Array
 	closed      bool
 }
 
-func newRecSnapshot(offset int, conv, delta *mlx.Array) *recSnapshot {
+// snapshot captures a state of c (a pin on its arrays, which are immutable).
+func (c *Recurrent) snapshot(offset int, conv, delta *mlx.Array) *recSnapshot {
 	mlx.Pin(conv, delta)
-	return &recSnapshot{offset: offset, conv: conv, delta: delta}
+	return &recSnapshot{cache: c, offset: offset, conv: conv, delta: delta}
 }
 
 func (s *recSnapshot) Offset() int { return s.offset }

@@ -174,3 +174,34 @@ func TestRecurrentCapturesCurrentOffsetAtOnce(t *testing.T) {
 		snaps[1].Close()
 	})
 }
+
+// A snapshot restores only into the cache that took it.
+func TestRestoreRejectsForeignSnapshots(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		kv, kv2 := cache.NewKV(), cache.NewKV()
+		kv.PrepareSnapshots([]int{0})
+		writeKV(kv, 0, 2)
+		rot, rot2 := cache.NewRotating(4), cache.NewRotating(4)
+		rot.PrepareSnapshots([]int{1})
+		writeRot(t, rot, 0, 2, 2)
+		rec, rec2 := cache.NewRecurrent(testShape), cache.NewRecurrent(testShape)
+		rec.PrepareSnapshots([]int{0})
+		pairs := []struct {
+			name       string
+			owner, any cache.Cache
+		}{{"KV", kv, kv2}, {"Rotating", rot, rot2}, {"Recurrent", rec, rec2}}
+		for _, p := range pairs {
+			s := p.owner.TakeSnapshots()[0]
+			if s == nil {
+				t.Fatalf("%s: no snapshot", p.name)
+			}
+			if p.any.Restore(s, s.Offset()) {
+				t.Errorf("%s: another cache accepted the snapshot", p.name)
+			}
+			if kv.Restore(s, s.Offset()) && p.name != "KV" {
+				t.Errorf("%s: a KV cache accepted its snapshot", p.name)
+			}
+			s.Close()
+		}
+	})
+}

@@ -75,13 +75,24 @@ func randomCheckpoint(cfg *qwen35.Config, seed uint64) map[string]*mlx.Array {
 	return ts
 }
 
-// benchModel builds the random benchmark model on the worker.
+// benchModel builds the random benchmark model on the worker, computing in
+// float32 on the CPU (MLX's x86 backend is only fast for float32 matmul)
+// and bfloat16 on a GPU.
 func benchModel(b *testing.B) *qwen35.Model {
-	m, err := qwen35.NewFromConfig(benchConfig(), mlx.Float32)
+	var m *qwen35.Model
+	err := mlx.Do(context.Background(), func() error {
+		dtype := mlx.Float32
+		if mlx.CurrentDevice() == mlx.GPU {
+			dtype = mlx.BFloat16
+		}
+		var err error
+		if m, err = qwen35.NewFromConfig(benchConfig(), dtype); err != nil {
+			return err
+		}
+		b.Logf("benchmark model: %d layers, H %d, V %d, %s on the %s", m.NumLayers(), m.Info().HiddenSize, m.Info().VocabSize, dtype, mlx.CurrentDevice())
+		return m.LoadWeights(randomCheckpoint(m.Config(), 1))
+	})
 	if err != nil {
-		b.Fatal(err)
-	}
-	if err := mlx.Do(context.Background(), func() error { return m.LoadWeights(randomCheckpoint(m.Config(), 1)) }); err != nil {
 		b.Fatal(err)
 	}
 	return m
