@@ -90,7 +90,10 @@ func benchModel(b *testing.B) *qwen35.Model {
 			return err
 		}
 		b.Logf("benchmark model: %d layers, H %d, V %d, %s on the %s", m.NumLayers(), m.Info().HiddenSize, m.Info().VocabSize, dtype, mlx.CurrentDevice())
-		return m.LoadWeights(randomCheckpoint(m.Config(), 1))
+		if err := m.LoadWeights(randomCheckpoint(m.Config(), 1)); err != nil {
+			return err
+		}
+		return mlx.Eval(m.Weights()...) // draw the random weights before timing
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -45,7 +45,10 @@ type Model struct {
 	taps  []int    // ascending layer ids whose outputs Forward returns as aux
 }
 
-var _ model.DraftTarget = (*Model)(nil)
+var (
+	_ model.DraftTarget  = (*Model)(nil)
+	_ model.WeightHolder = (*Model)(nil)
+)
 
 // New parses the checkpoint's config.json and returns a weightless model
 // computing in cfg.DType (float32 on the CPU, bfloat16 on GPUs).

@@ -100,11 +100,12 @@ func (e *WeightsError) Error() string {
 }
 
 // LoadWeights binds the checkpoint's tensors (lazy arrays, e.g. from
-// mlx.LoadSafetensors), checks every name and shape of spec/qwen35.md 10.2
-// and reports all problems in one *WeightsError. On success it casts to the
-// compute dtype, folds the (1 + w) norms, pins the result and evaluates it
-// (so the checkpoint is read here, not in the first forward). Loading again
-// replaces the previous weights.
+// mlx.LoadSafetensors), checks every name, shape and dtype of
+// spec/qwen35.md 10.2 and reports all problems in one *WeightsError. On
+// success it casts to the compute dtype, folds the (1 + w) norms and pins the
+// result. Nothing is read here: the caller evaluates Weights (the engine does
+// so in groups, with progress), or the first forward reads what it needs.
+// Loading again replaces the previous weights.
 func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 	if err := mlx.Err(); err != nil {
 		return fmt.Errorf("qwen35: an MLX error is pending before LoadWeights (the tensors may be incomplete): %w", err)
@@ -114,10 +115,6 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 		return err
 	}
 	mlx.Pin(w.all...)
-	if err := mlx.Eval(w.all...); err != nil {
-		mlx.Unpin(w.all...)
-		return fmt.Errorf("qwen35: reading the weights: %w", err)
-	}
 	if m.w != nil {
 		m.w.free()
 	}
@@ -133,8 +130,9 @@ func (m *Model) Free() {
 	}
 }
 
-// Weights returns every array the model holds (for evaluation or memory
-// accounting). It is empty before LoadWeights.
+// Weights returns every array the model holds, pinned by it (for
+// evaluation and memory accounting: model.WeightHolder). It is empty before
+// LoadWeights.
 func (m *Model) Weights() []*mlx.Array {
 	if m.w == nil {
 		return nil

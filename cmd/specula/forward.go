@@ -142,7 +142,14 @@ func (r forwardRequest) run() (string, error) {
 	if err := m.LoadWeights(tensors); err != nil {
 		return "", err
 	}
-	mlx.Sweep() // the unbound tensors
+	if h, ok := m.(model.WeightHolder); ok {
+		// Read the checkpoint now, so a bad file fails here and not as a
+		// forward error.
+		if err := mlx.Eval(h.Weights()...); err != nil {
+			return "", fmt.Errorf("reading the weights: %w", err)
+		}
+	}
+	mlx.Sweep() // the tensors the model did not keep
 
 	caches := m.NewCaches()
 	defer func() {
