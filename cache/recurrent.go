@@ -123,7 +123,8 @@ func (c *Recurrent) SnapshotSplits(L int) []int {
 // panics unless len(conv) == len(delta) == len(splits)+1. Interior states
 // become the snapshots at their offsets, the last pair becomes the live
 // state, the offset advances by L and the new offset is captured if
-// scheduled.
+// scheduled. The cache pins the arrays it keeps: the caller may sweep but
+// must not Free them.
 func (c *Recurrent) Put(conv, delta []*mlx.Array) {
 	if c.pending < 0 {
 		panic("cache: Recurrent.Put without SnapshotSplits: call SnapshotSplits(L) first in the same forward")

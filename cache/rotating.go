@@ -157,7 +157,9 @@ func (c *Rotating) writeOne(k, v *mlx.Array) {
 func (c *Rotating) writeMany(k, v *mlx.Array) {
 	keep := min(c.used, c.window-1)
 	if keep == 0 {
-		c.setBuffers(k, v)
+		// Own handles (views), so the caller may free k and v.
+		n := k.Dim(2)
+		c.setBuffers(mlx.SliceAxis(k, 2, 0, n), mlx.SliceAxis(v, 2, 0, n))
 	} else {
 		ok, ov := c.linear()
 		c.setBuffers(

@@ -185,6 +185,9 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 		if want := m.cfg.FullAttentionLayer(i); (want && !kv) || (!want && !rec) {
 			panic(fmt.Sprintf("qwen35: layer %d (%s) got a %T cache (use NewCaches)", i, m.cfg.LayerTypes[i], c))
 		}
+		if c.Offset() != offset {
+			panic(fmt.Sprintf("qwen35: layer %d's cache sits at offset %d but layer 0's at %d (a rollback missed some layers)", i, c.Offset(), offset))
+		}
 	}
 
 	eps := m.cfg.RMSNormEps
