@@ -1,0 +1,160 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// hclogAdapter is an hclog.Logger that writes to a slog.Logger: go-plugin's
+// own records and the plugin's stderr lines (which go-plugin parses from
+// hclog JSON) become structured records of the host's log. It remembers the
+// plugin's last warnings and errors so that a failed start can say why.
+type hclogAdapter struct {
+	log    *slog.Logger
+	name   string
+	args   []any
+	fromPl bool // records come from the plugin's stderr
+	recent *recentLines
+}
+
+// recentLines keeps the last few messages, for error reports.
+type recentLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const recentMax = 8
+
+func (r *recentLines) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, s)
+	if len(r.lines) > recentMax {
+		r.lines = r.lines[len(r.lines)-recentMax:]
+	}
+}
+
+// String joins the remembered messages.
+func (r *recentLines) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "; ")
+}
+
+func newHCLogAdapter(log *slog.Logger, name string) *hclogAdapter {
+	return &hclogAdapter{log: log.With("logger", name), name: name, recent: &recentLines{}}
+}
+
+var _ hclog.Logger = (*hclogAdapter)(nil)
+
+func slogLevel(l hclog.Level) slog.Level {
+	switch l {
+	case hclog.Trace:
+		return slog.LevelDebug - 4
+	case hclog.Debug:
+		return slog.LevelDebug
+	case hclog.Warn:
+		return slog.LevelWarn
+	case hclog.Error:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// Log writes one record. hclog passes key/value pairs; a lone trailing value
+// is kept under "extra".
+func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
+	lv := slogLevel(level)
+	if a.fromPl && lv >= slog.LevelWarn {
+		a.recent.add(msg + kvSuffix(args))
+	}
+	if !a.log.Enabled(context.Background(), lv) {
+		return
+	}
+	all := append(append([]any(nil), a.args...), args...)
+	if len(all)%2 == 1 {
+		all = append(all[:len(all)-1], "extra", all[len(all)-1])
+	}
+	a.log.Log(context.Background(), lv, msg, all...)
+}
+
+func kvSuffix(args []any) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(args); i += 2 {
+		if k := fmt.Sprint(args[i]); k != "timestamp" {
+			fmt.Fprintf(&b, " %s=%v", k, args[i+1])
+		}
+	}
+	return b.String()
+}
+
+func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
+func (a *hclogAdapter) Debug(msg string, args ...any) { a.Log(hclog.Debug, msg, args...) }
+func (a *hclogAdapter) Info(msg string, args ...any)  { a.Log(hclog.Info, msg, args...) }
+func (a *hclogAdapter) Warn(msg string, args ...any)  { a.Log(hclog.Warn, msg, args...) }
+func (a *hclogAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
+
+func (a *hclogAdapter) enabled(l hclog.Level) bool {
+	return a.log.Enabled(context.Background(), slogLevel(l))
+}
+
+func (a *hclogAdapter) IsTrace() bool { return a.enabled(hclog.Trace) }
+func (a *hclogAdapter) IsDebug() bool { return a.enabled(hclog.Debug) }
+func (a *hclogAdapter) IsInfo() bool  { return a.enabled(hclog.Info) }
+func (a *hclogAdapter) IsWarn() bool  { return a.enabled(hclog.Warn) }
+func (a *hclogAdapter) IsError() bool { return a.enabled(hclog.Error) }
+
+func (a *hclogAdapter) ImpliedArgs() []any { return a.args }
+
+func (a *hclogAdapter) With(args ...any) hclog.Logger {
+	c := *a
+	c.args = append(append([]any(nil), a.args...), args...)
+	return &c
+}
+
+func (a *hclogAdapter) Name() string { return a.name }
+
+// Named is what go-plugin calls for the logger of the plugin's stderr; the
+// records keep the host's name (plugin.<name>) and are marked as the
+// plugin's own.
+func (a *hclogAdapter) Named(string) hclog.Logger {
+	c := *a
+	c.fromPl = true
+	return &c
+}
+
+func (a *hclogAdapter) ResetNamed(string) hclog.Logger { return a.Named("") }
+
+// SetLevel is a no-op: the slog handler decides.
+func (a *hclogAdapter) SetLevel(hclog.Level) {}
+
+func (a *hclogAdapter) GetLevel() hclog.Level {
+	for _, l := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn} {
+		if a.enabled(l) {
+			return l
+		}
+	}
+	return hclog.Error
+}
+
+func (a *hclogAdapter) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(a.StandardWriter(opts), "", 0)
+}
+
+func (a *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		a.Info(strings.TrimRight(string(p), "\n"))
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
