@@ -88,7 +88,10 @@ type loadedPlugin struct {
 func NewHost(cfg Config) *Host {
 	d := DefaultTimeouts()
 	t := &cfg.Timeouts
-	for _, f := range []struct{ dst *time.Duration; def time.Duration }{
+	for _, f := range []struct {
+		dst *time.Duration
+		def time.Duration
+	}{
 		{&t.Describe, d.Describe}, {&t.Load, d.Load}, {&t.Open, d.Open}, {&t.Settle, d.Settle},
 		{&t.Propose, d.Propose}, {&t.Close, d.Close}, {&t.Committed, d.Committed}, {&t.CommittedPer1024, d.CommittedPer1024},
 	} {

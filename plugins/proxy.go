@@ -246,7 +246,9 @@ func (d *Drafter) Limit() int { return int(d.resp.GetMaxDepth()) }
 func (d *Drafter) Selector() bool { return d.cfg.selector }
 
 // LoadResponse returns what the plugin answered to Load.
-func (d *Drafter) LoadResponse() *draftv1.LoadResponse { return proto.Clone(d.resp).(*draftv1.LoadResponse) }
+func (d *Drafter) LoadResponse() *draftv1.LoadResponse {
+	return proto.Clone(d.resp).(*draftv1.LoadResponse)
+}
 
 // PID returns the plugin process's id, or 0 when none is running.
 func (d *Drafter) PID() int {
