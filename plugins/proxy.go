@@ -378,3 +378,40 @@ func sessionSeed(s *sample.Sampler) uint64 {
 	_, _ = rand.Read(b[:])
 	return binary.LittleEndian.Uint64(b[:])
 }
+
+// ConnectOptions configure Connect.
+type ConnectOptions struct {
+	// Name names the plugin in logs and messages.
+	Name string
+	// Architecture is the architecture to load.
+	Architecture string
+	// Checkpoint is the draft's checkpoint (folder, config.json, dtype).
+	Checkpoint registry.Config
+	// Target is the host's target; Load's layer taps are set on it.
+	Target model.DraftTarget
+	// Selector runs sessions at the fixed selector depth.
+	Selector bool
+	// Timeouts overrides DefaultTimeouts field by field.
+	Timeouts Timeouts
+	// Logger receives the drafter's records (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Connect loads a draft through conn, an established connection to a draft
+// server — the in-process one that tests and the conformance kit make — and
+// returns its Drafter. No process is involved, so a fault cannot be
+// repaired by a restart: the drafter is disabled after one.
+func Connect(conn draftv1.DraftClient, opts ConnectOptions) (*Drafter, error) {
+	h := NewHost(Config{Timeouts: opts.Timeouts, Logger: opts.Logger})
+	name := opts.Name
+	if name == "" {
+		name = "in-process"
+	}
+	d := &Draft{h: h, lp: &loadedPlugin{name: name}, arch: &draftv1.Architecture{Name: opts.Architecture}, cfg: opts.Checkpoint}
+	req, err := d.loadRequest(opts.Target)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{name: name, rpc: conn}
+	return load(p, req, opts.Target, drafterConfig{name: name, selector: opts.Selector, timeouts: h.cfg.Timeouts, log: h.log})
+}

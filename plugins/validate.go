@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/plugins/internal/wire"
 	"github.com/specula-dev/specula/plugins/proto/draftv1"
@@ -113,3 +115,11 @@ func (p *proposal) candidates() *speculation.Candidates {
 
 // encodeTensor reads x into its wire form.
 func encodeTensor(x *mlx.Array) (*draftv1.Tensor, error) { return wire.Encode(x) }
+
+// ValidateProposal checks a Propose answer for a request of at most max
+// tokens over a vocabulary of vocab ids, as the host does before verifying
+// it (spec/plugins.md section 5). The conformance kit uses it.
+func ValidateProposal(r *draftv1.ProposeResponse, max, vocab int) error {
+	_, err := validateProposal(proto.Clone(r).(*draftv1.ProposeResponse), max, vocab)
+	return err
+}

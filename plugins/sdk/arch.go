@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 
@@ -21,7 +22,9 @@ type Architecture struct {
 	// every Committed.
 	NeedsFeatures bool
 
-	load func(cfg *LoadConfig) (loaded, error)
+	// load builds the draft; block drafts do it on the MLX worker, token
+	// drafts (which need no MLX) on the caller's goroutine.
+	load func(ctx context.Context, cfg *LoadConfig) (loaded, error)
 }
 
 // LoadConfig is what a constructor receives at Load: the draft's checkpoint
@@ -69,7 +72,7 @@ const (
 
 // BlockDraft serves a block draft (DFlash-style) out of process. newDraft
 // builds a weightless instance from the checkpoint's config on the plugin's
-// MLX worker; the SDK then attaches the target (if the draft is a
+// MLX worker (mlx.Do); the SDK then attaches the target (if the draft is a
 // model.TargetUser, through a stand-in that reads the target's embedding and
 // head from the files the host names), loads the checkpoint's weights, and
 // serves sessions with the speculation package's BlockDrafter, exactly as a
@@ -80,12 +83,16 @@ func BlockDraft[T model.BlockDraft](name string, newDraft func(cfg *LoadConfig) 
 		Name:          name,
 		Capabilities:  capabilitiesOf(reflect.TypeFor[T]()),
 		NeedsFeatures: true,
-		load: func(cfg *LoadConfig) (loaded, error) {
-			d, err := newDraft(cfg)
-			if err != nil {
-				return nil, err
-			}
-			return loadBlock(cfg, d)
+		load: func(ctx context.Context, cfg *LoadConfig) (l loaded, err error) {
+			err = safeDo(ctx, func() error {
+				d, err := newDraft(cfg)
+				if err != nil {
+					return err
+				}
+				l, err = loadBlock(cfg, d)
+				return err
+			})
+			return l, err
 		},
 	}
 }
@@ -107,7 +114,7 @@ func TokenDraft(name string, maxDepth int, newProposer func(cfg *LoadConfig) (Pr
 	return Architecture{
 		Name:         name,
 		Capabilities: model.Capabilities{model.CapDraft, model.CapBlockDraft},
-		load: func(cfg *LoadConfig) (loaded, error) {
+		load: func(_ context.Context, cfg *LoadConfig) (loaded, error) {
 			if maxDepth < 1 {
 				return nil, fmt.Errorf("architecture %s: maxDepth %d, want at least 1", name, maxDepth)
 			}

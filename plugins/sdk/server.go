@@ -90,12 +90,7 @@ func (s *Server) Load(ctx context.Context, req *draftv1.LoadRequest) (*draftv1.L
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	var d loaded
-	err = safeDo(ctx, func() error {
-		var err error
-		d, err = arch.load(cfg)
-		return err
-	})
+	d, err := arch.load(ctx, cfg)
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "loading %s from %s: %v", arch.Name, cfg.CheckpointDir, err)
 	}
