@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# bench-vs-mlx-lm.sh: plain greedy decode speed of specula and mlx-lm on the
+# same random Qwen3.5 weights, prompts and token counts, in one run on one
+# machine; prints both and the ratio specula / mlx-lm, and whether the two
+# greedy outputs agree.
+#
+#   scripts/bench-vs-mlx-lm.sh [SHAPE] [LAYERS]
+#
+# SHAPE is a released size whose layer shapes to use (0.8B, 4B, 27B; default
+# 0.8B), LAYERS the number of layers (default: the release's). Environment:
+#   DTYPE=float32|bfloat16 (default float32 on CPU, bfloat16 on a GPU build)
+#   VOCAB=n (default 248320), TOKENS=n (default 64), REPEATS=n (default 3)
+#   PYTHON=python with mlx-lm importable; otherwise a venv with
+#     mlx-lm==$MLXLM_VERSION and mlx[cpu]==0.32.4 is made in .deps/bench-venv
+#   OUT=folder for the JSON results (default .deps/bench/<shape>)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+shape="${1:-0.8B}"
+layers="${2:-0}"
+tokens="${TOKENS:-64}"
+repeats="${REPEATS:-3}"
+vocab="${VOCAB:-0}"
+out="${OUT:-$root/.deps/bench/$shape-$layers}"
+specula="${SPECULA:-$root/build/specula}"
+mkdir -p "$out"
+
+[ -x "$specula" ] || make build >&2
+if [ -z "${PYTHON:-}" ]; then
+  venv="$root/.deps/bench-venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "mlx[cpu]==0.32.4" "mlx-lm==${MLXLM_VERSION:-0.32.2}" >&2
+  fi
+  PYTHON="$venv/bin/python"
+fi
+dtype="${DTYPE:-}"
+if [ -z "$dtype" ]; then
+  if "$PYTHON" -c 'import mlx.core as mx, sys; sys.exit(0 if mx.is_available(mx.gpu) else 1)' 2>/dev/null; then dtype=bfloat16; else dtype=float32; fi
+fi
+
+if [ ! -f "$out/manifest.toml" ]; then
+  "$specula" synth --shape "$shape" --layers "$layers" --vocab "$vocab" --dtype "$dtype" --out "$out" >/dev/null
+fi
+# Fixed pseudo-random prompts of 16, 32 and 64 ids, shared by both engines.
+"$PYTHON" - "$out/manifest.toml" "$out/prompts.jsonl" <<'PY'
+import json, random, sys, pathlib
+cfg = json.loads((pathlib.Path(sys.argv[1]).parent / "target" / "config.json").read_text())
+r = random.Random(20261202)
+with open(sys.argv[2], "w") as f:
+    for n in (16, 32, 64):
+        f.write(json.dumps([r.randrange(cfg["vocab_size"]) for _ in range(n)]) + "\n")
+PY
+
+"$specula" bench -m "$out/manifest.toml" --prompts "$out/prompts.jsonl" --max-tokens "$tokens" --repeats "$repeats" --no-draft --json --quiet > "$out/specula.json"
+"$PYTHON" "$root/scripts/mlx_lm_bench.py" "$out/target" --prompts "$out/prompts.jsonl" --max-tokens "$tokens" --repeats "$repeats" --json > "$out/mlx_lm.json"
+
+# Greedy outputs of both engines for the first prompt, for the agreement check.
+first="$(head -n1 "$out/prompts.jsonl" | tr -d '[] ')"
+"$specula" run -m "$out/manifest.toml" --ids "$first" --max-tokens "$tokens" --json --quiet > "$out/specula_run.json"
+
+"$PYTHON" - "$out" "$shape" "$layers" "$dtype" <<'PY'
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+s = json.loads((out / "specula.json").read_text())["plain"]["tokens_per_second"]
+m = json.loads((out / "mlx_lm.json").read_text())
+ids_s = json.loads((out / "specula_run.json").read_text())["ids"]
+ids_m = m["outputs"][0]
+agree = ids_s == ids_m[: len(ids_s)]
+print(f"Qwen3.5-{sys.argv[2]} shapes, layers {sys.argv[3] if sys.argv[3] != '0' else 'as released'}, {sys.argv[4]}, {m['device']}")
+print(f"  specula: {s['median']:.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1f})")
+print(f"  mlx-lm:  {m['tokens_per_second']['median']:.1f} tok/s (min {m['tokens_per_second']['min']:.1f}, max {m['tokens_per_second']['max']:.1f}), mlx {m['mlx_version']}")
+print(f"  ratio specula / mlx-lm: {s['median'] / m['tokens_per_second']['median']:.2f}")
+print(f"  greedy outputs agree: {'yes' if agree else 'NO'}")
+json.dump({"shape": sys.argv[2], "layers": sys.argv[3], "dtype": sys.argv[4], "device": m["device"],
+           "specula_tps": s, "mlx_lm_tps": m["tokens_per_second"], "ratio": s["median"] / m["tokens_per_second"]["median"],
+           "greedy_agree": agree}, open(out / "summary.json", "w"), indent=2)
+PY
