@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	_ "github.com/specula-dev/specula/arch/qwen35" // registers Qwen3.5 (to move to arch/all)
 	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
