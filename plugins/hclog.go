@@ -2,7 +2,7 @@ package plugins
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"io"
 	"log"
 	"log/slog"
@@ -20,7 +20,6 @@ type hclogAdapter struct {
 	log    *slog.Logger
 	name   string
 	args   []any
-	fromPl bool // records come from the plugin's stderr
 	recent *recentLines
 }
 
@@ -39,6 +38,21 @@ func (r *recentLines) add(s string) {
 	if len(r.lines) > recentMax {
 		r.lines = r.lines[len(r.lines)-recentMax:]
 	}
+}
+
+// raw returns a writer that remembers error records among raw stderr
+// lines (go-plugin writes each line, then a newline, to it).
+func (r *recentLines) raw() io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		var e struct {
+			Level   string `json:"@level"`
+			Message string `json:"@message"`
+		}
+		if json.Unmarshal(p, &e) == nil && (e.Level == "error" || e.Level == "warn") && e.Message != "" {
+			r.add(e.Message)
+		}
+		return len(p), nil
+	})
 }
 
 // String joins the remembered messages.
@@ -72,9 +86,6 @@ func slogLevel(l hclog.Level) slog.Level {
 // is kept under "extra".
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	lv := slogLevel(level)
-	if a.fromPl && lv >= slog.LevelWarn {
-		a.recent.add(msg + kvSuffix(args))
-	}
 	if !a.log.Enabled(context.Background(), lv) {
 		return
 	}
@@ -83,16 +94,6 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 		all = append(all[:len(all)-1], "extra", all[len(all)-1])
 	}
 	a.log.Log(context.Background(), lv, msg, all...)
-}
-
-func kvSuffix(args []any) string {
-	var b strings.Builder
-	for i := 0; i+1 < len(args); i += 2 {
-		if k := fmt.Sprint(args[i]); k != "timestamp" {
-			fmt.Fprintf(&b, " %s=%v", k, args[i+1])
-		}
-	}
-	return b.String()
 }
 
 func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
@@ -122,13 +123,8 @@ func (a *hclogAdapter) With(args ...any) hclog.Logger {
 func (a *hclogAdapter) Name() string { return a.name }
 
 // Named is what go-plugin calls for the logger of the plugin's stderr; the
-// records keep the host's name (plugin.<name>) and are marked as the
-// plugin's own.
-func (a *hclogAdapter) Named(string) hclog.Logger {
-	c := *a
-	c.fromPl = true
-	return &c
-}
+// records keep the host's name (plugin.<name>).
+func (a *hclogAdapter) Named(string) hclog.Logger { return a }
 
 func (a *hclogAdapter) ResetNamed(string) hclog.Logger { return a.Named("") }
 

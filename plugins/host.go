@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -124,6 +125,21 @@ func (h *Host) stop(p *process) {
 	h.mu.Lock()
 	delete(h.running, p)
 	h.mu.Unlock()
+}
+
+// PIDs returns the process ids of the plugins the host has running (a
+// process being stopped may still be listed).
+func (h *Host) PIDs() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []int
+	for p := range h.running {
+		if p.pid > 0 {
+			out = append(out, p.pid)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Close ends every plugin process the host started and waits for them.

@@ -139,6 +139,7 @@ func (h *Host) launch(c *Candidate, sha string) (*process, error) {
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(sdk.MaxMessageSize), grpc.MaxCallSendMsgSize(sdk.MaxMessageSize))},
 		Logger: logger,
+		Stderr: logger.recent.raw(),
 	})
 	p := &process{name: name, path: c.Path, client: client, log: logger}
 	rpc, err := client.Client()
@@ -183,7 +184,10 @@ func launchError(name string, c *Candidate, err error, stderr string) error {
 	case strings.Contains(msg, "timeout while waiting"):
 		hint = "it did not complete the handshake in time"
 	}
-	out := fmt.Sprintf("plugin %s (%s) failed to start: %s", name, c.Path, strings.TrimSpace(msg))
+	// go-plugin appends a generic checklist to some errors; the first line
+	// and our hint say more.
+	first, _, _ := strings.Cut(strings.TrimSpace(msg), "\n")
+	out := fmt.Sprintf("plugin %s (%s) failed to start: %s", name, c.Path, first)
 	if hint != "" {
 		out += " — " + hint
 	}

@@ -260,6 +260,14 @@ func (d *Drafter) PID() int {
 	return d.proc.pid
 }
 
+// Restarts returns how many times the plugin process was restarted within
+// the current budget window.
+func (d *Drafter) Restarts() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.restarts)
+}
+
 // Close ends the plugin process serving the draft.
 func (d *Drafter) Close() {
 	d.mu.Lock()

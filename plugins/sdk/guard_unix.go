@@ -4,6 +4,7 @@ package sdk
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -40,8 +41,7 @@ func guardStdout(stderr *os.File) error {
 			if err != nil && line == "" {
 				return
 			}
-			fmt.Fprintf(stderr, `{"@level":"error","@message":"plugin wrote to stdout before its handshake: %q; stdout is reserved for the go-plugin handshake, log to stderr (slog) instead","@timestamp":%q}`+"\n",
-				strings.TrimSpace(line), time.Now().Format(time.RFC3339Nano))
+			logLine(stderr, "error", fmt.Sprintf("plugin wrote to stdout before its handshake: %q; stdout is reserved for the go-plugin handshake, log to stderr (slog) instead", strings.TrimSpace(line)))
 			os.Exit(1)
 		}
 		_, _ = io.WriteString(real, line)
@@ -49,7 +49,7 @@ func guardStdout(stderr *os.File) error {
 		for {
 			line, err := br.ReadString('\n')
 			if line != "" {
-				fmt.Fprintf(stderr, `{"@level":"warn","@message":"plugin wrote to stdout (discarded): %q","@timestamp":%q}`+"\n", strings.TrimSpace(line), time.Now().Format(time.RFC3339Nano))
+				logLine(stderr, "warn", fmt.Sprintf("plugin wrote to stdout (discarded): %q", strings.TrimSpace(line)))
 			}
 			if err != nil {
 				return
@@ -64,4 +64,10 @@ func guardStdout(stderr *os.File) error {
 func isHandshake(line string) bool {
 	parts := strings.Split(strings.TrimSpace(line), "|")
 	return len(parts) >= 5 && parts[0] == "1" && (parts[2] == "unix" || parts[2] == "tcp")
+}
+
+// logLine writes one hclog-style JSON record.
+func logLine(w io.Writer, level, msg string) {
+	b, _ := json.Marshal(map[string]string{"@level": level, "@message": msg, "@timestamp": time.Now().Format(jsonTimeFormat)})
+	_, _ = w.Write(append(b, '\n'))
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+
+	"github.com/specula-dev/specula/plugins/proto/draftv1"
 )
 
 // EnvLogLevel names the environment variable that sets a plugin's log level
@@ -70,6 +72,10 @@ func Serve(p Plugin) {
 		os.Exit(1)
 	}
 
+	var impl draftv1.DraftServer = srv
+	if p.Wrap != nil {
+		impl = p.Wrap(srv)
+	}
 	var (
 		mu   sync.Mutex
 		gsrv *grpc.Server
@@ -91,7 +97,7 @@ func Serve(p Plugin) {
 
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake(),
-		VersionedPlugins: ServerPlugins(srv),
+		VersionedPlugins: ServerPlugins(impl),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			s := NewGRPCServer(opts)
 			mu.Lock()
@@ -180,7 +186,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 			case slog.MessageKey:
 				return slog.String("@message", a.Value.String())
 			case slog.TimeKey:
-				return slog.String("@timestamp", a.Value.Time().Format("2006-01-02T15:04:05.000000Z07:00"))
+				return slog.String("@timestamp", a.Value.Time().Format(jsonTimeFormat))
 			}
 			return a
 		},
@@ -196,3 +202,7 @@ func levelName(s string) string {
 	}
 	return "info"
 }
+
+// jsonTimeFormat is the @timestamp layout go-plugin parses in a plugin's
+// JSON log lines; another layout makes it file the line as plain text.
+const jsonTimeFormat = "2006-01-02T15:04:05.000000Z07:00"

@@ -295,6 +295,9 @@ type Plugin struct {
 	// read a config); an error ends the plugin with that message. The SDK's
 	// stdout guard is active: anything written to stdout fails the start.
 	Setup func() error
+	// Wrap, if set, wraps the protocol server before it is served: for
+	// instrumentation, and for tests that inject faults.
+	Wrap func(draftv1.DraftServer) draftv1.DraftServer
 }
 
 func (p *Plugin) validate() error {

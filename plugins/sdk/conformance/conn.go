@@ -18,7 +18,11 @@ func Serve(t testing.TB, p sdk.Plugin) draftv1.DraftClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ServeServer(t, srv)
+	var impl draftv1.DraftServer = srv
+	if p.Wrap != nil {
+		impl = p.Wrap(srv)
+	}
+	return ServeServer(t, impl)
 }
 
 // ServeServer is Serve for any draft server (a wrapped one, in tests that

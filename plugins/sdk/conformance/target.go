@@ -76,7 +76,7 @@ func (f *FakeTarget) GreedyNext(id int32) int32 {
 func (f *FakeTarget) LoadWeights(map[string]*mlx.Array) error { return nil }
 
 // NewCaches returns one recording cache.
-func (f *FakeTarget) NewCaches() []cache.Cache { return []cache.Cache{&recordingCache{}} }
+func (f *FakeTarget) NewCaches() []cache.Cache { return []cache.Cache{&RecordingCache{}} }
 
 func (f *FakeTarget) Info() model.Info {
 	return model.Info{HiddenSize: f.spec.Hidden, VocabSize: f.spec.Vocab, NumLayers: f.spec.Layers}
@@ -100,7 +100,7 @@ func (f *FakeTarget) Forward(b *model.Batch, caches []cache.Cache) (*mlx.Array, 
 	if err != nil {
 		panic(err)
 	}
-	caches[0].(*recordingCache).tokens = append(caches[0].(*recordingCache).tokens, ids...)
+	caches[0].(*RecordingCache).Tokens = append(caches[0].(*RecordingCache).Tokens, ids...)
 	copies := max(1, len(f.taps))
 	var lv, fv []float32
 	for _, id := range ids {
@@ -125,10 +125,12 @@ func (f *FakeTarget) TokenEmbeddings(ids *mlx.Array) *mlx.Array {
 
 func (f *FakeTarget) RawLogits(h *mlx.Array) *mlx.Array { return h }
 
-// recordingCache keeps the token stream fed into it; snapshots follow the
-// cache contract (a snapshot is a marker of its offset).
-type recordingCache struct {
-	tokens    []int32
+// RecordingCache is a fake cache.Cache that keeps the token stream fed into
+// it (Offset is its length); snapshots follow the cache contract (a snapshot
+// is a marker of its offset). Fakes feed it with Feed.
+type RecordingCache struct {
+	// Tokens is the stream.
+	Tokens    []int32
 	scheduled []int
 }
 
@@ -138,14 +140,14 @@ func (m marker) Offset() int { return int(m) }
 func (m marker) Size() int64 { return 0 }
 func (m marker) Close()      {}
 
-func (c *recordingCache) Offset() int         { return len(c.tokens) }
-func (c *recordingCache) State() []*mlx.Array { return nil }
-func (c *recordingCache) Free()               {}
-func (c *recordingCache) PrepareSnapshots(offsets []int) {
+func (c *RecordingCache) Offset() int         { return len(c.Tokens) }
+func (c *RecordingCache) State() []*mlx.Array { return nil }
+func (c *RecordingCache) Free()               {}
+func (c *RecordingCache) PrepareSnapshots(offsets []int) {
 	c.scheduled = append([]int(nil), offsets...)
 }
 
-func (c *recordingCache) TakeSnapshots() []cache.Snapshot {
+func (c *RecordingCache) TakeSnapshots() []cache.Snapshot {
 	out := make([]cache.Snapshot, len(c.scheduled))
 	for i, o := range c.scheduled {
 		if o <= c.Offset() {
@@ -156,10 +158,13 @@ func (c *recordingCache) TakeSnapshots() []cache.Snapshot {
 	return out
 }
 
-func (c *recordingCache) Restore(s cache.Snapshot, target int) bool {
+func (c *RecordingCache) Restore(s cache.Snapshot, target int) bool {
 	if target < 0 || target > c.Offset() {
 		return false
 	}
-	c.tokens = c.tokens[:target]
+	c.Tokens = c.Tokens[:target]
 	return true
 }
+
+// Feed appends tokens to the stream.
+func (c *RecordingCache) Feed(tokens ...int32) { c.Tokens = append(c.Tokens, tokens...) }

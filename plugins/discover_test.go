@@ -1,0 +1,123 @@
+package plugins
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/specula-dev/specula/plugins/sdk"
+)
+
+func install(t *testing.T, dir, name, content string, mode os.FileMode, sum string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	if sum != "" {
+		if err := os.WriteFile(p+sdk.ChecksumSuffix, []byte(sum+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+func fileName(name, version string) string {
+	return sdk.FileName{Name: name, Version: version, APIMajor: 1, OS: runtime.GOOS, Arch: runtime.GOARCH}.String()
+}
+
+func TestFind(t *testing.T) {
+	dir := t.TempDir()
+	p1 := install(t, dir, fileName("acme", "1.0.0"), "one", 0o755, "")
+	d1, _ := digestOf(p1)
+	p2 := install(t, dir, fileName("acme", "1.1.0"), "two", 0o755, "")
+	d2, _ := digestOf(p2)
+	if err := os.WriteFile(p2+sdk.ChecksumSuffix, []byte(d2+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	install(t, dir, "specula-plugin-acme_v1.2.0_x2.0_"+runtime.GOOS+"_"+runtime.GOARCH, "future", 0o755, "")
+	install(t, dir, "README", "not a plugin", 0o644, "")
+
+	for _, want := range []struct{ path, digest string }{{p1, d1}, {p2, d2}} {
+		c, err := Find([]string{dir}, "acme", want.digest)
+		if err != nil || c.Path != want.path {
+			t.Fatalf("Find(%s) = %v, %v; want %s", want.digest, c, err, want.path)
+		}
+	}
+	_, err := Find([]string{dir}, "acme", strings.Repeat("a", 64))
+	if err == nil || !strings.Contains(err.Error(), d1) || !strings.Contains(err.Error(), "v1.1.0") {
+		t.Fatalf("unknown digest: err = %v, want the candidates with versions and digests", err)
+	}
+	if _, err := Find([]string{dir}, "other", d1); err == nil || !strings.Contains(err.Error(), "no binary for plugin other") {
+		t.Fatalf("unknown name: err = %v", err)
+	}
+	if _, err := Find([]string{dir}, "acme", "ABC"); err == nil || !strings.Contains(err.Error(), "64 lowercase hex") {
+		t.Fatalf("bad digest: err = %v", err)
+	}
+}
+
+func TestFindRefusesBrokenInstalls(t *testing.T) {
+	dir := t.TempDir()
+	p := install(t, dir, fileName("acme", "1.0.0"), "one", 0o755, strings.Repeat("b", 64))
+	d, _ := digestOf(p)
+	if _, err := Find([]string{dir}, "acme", d); err == nil || !strings.Contains(err.Error(), "tampering") {
+		t.Fatalf("disagreeing _SHA256SUM: err = %v", err)
+	}
+	if _, err := Find([]string{dir}, "acme", strings.Repeat("b", 64)); err == nil || !strings.Contains(err.Error(), "tampering") {
+		t.Fatalf("matching _SHA256SUM, different binary: err = %v", err)
+	}
+
+	dir2 := t.TempDir()
+	p2 := install(t, dir2, fileName("acme", "1.0.0"), "one", 0o777, "")
+	d2, _ := digestOf(p2)
+	if _, err := Find([]string{dir2}, "acme", d2); err == nil || !strings.Contains(err.Error(), "writable by other users") {
+		t.Fatalf("world-writable binary: err = %v", err)
+	}
+	if err := os.Chmod(p2, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Find([]string{dir2}, "acme", d2); err == nil || !strings.Contains(err.Error(), "not executable") {
+		t.Fatalf("non-executable binary: err = %v", err)
+	}
+	if err := os.Chmod(p2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir2, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Find([]string{dir2}, "acme", d2); err == nil || !strings.Contains(err.Error(), "folder") {
+		t.Fatalf("world-writable folder: err = %v", err)
+	}
+}
+
+func TestParseFileName(t *testing.T) {
+	f, err := sdk.ParseFileName("specula-plugin-acme-dflash3_v1.2.0_x1.0_linux_amd64")
+	if err != nil || f.Name != "acme-dflash3" || f.Version != "1.2.0" || f.APIMajor != 1 || f.OS != "linux" || f.Arch != "amd64" {
+		t.Fatalf("ParseFileName = %+v, %v", f, err)
+	}
+	if f.String() != "specula-plugin-acme-dflash3_v1.2.0_x1.0_linux_amd64" {
+		t.Fatalf("String = %s", f)
+	}
+	for _, bad := range []string{"specula-plugin-acme_1.2.0_x1.0_linux_amd64", "specula-plugin-acme_v1.2_x1.0_linux_amd64", "specula-plugin-Acme_v1.2.0_x1.0_linux_amd64", "specula-plugin-acme_v1.2.0_linux_amd64"} {
+		if _, err := sdk.ParseFileName(bad); err == nil {
+			t.Errorf("ParseFileName(%s) accepted it", bad)
+		}
+	}
+}
+
+func TestSearchPath(t *testing.T) {
+	t.Setenv(EnvPath, "/a:/b::/a")
+	if got := strings.Join(SearchPath("/flag"), ","); got != "/flag,/a,/b" {
+		t.Fatalf("SearchPath with %s = %s", EnvPath, got)
+	}
+	t.Setenv(EnvPath, "")
+	t.Setenv("XDG_CONFIG_HOME", "/cfg")
+	if got := strings.Join(SearchPath(), ","); got != "/cfg/specula/plugins" {
+		t.Fatalf("SearchPath with XDG_CONFIG_HOME = %s", got)
+	}
+}
