@@ -55,3 +55,18 @@ bench: deps
 
 clean:
 	rm -rf build
+
+# Example plugins into build/plugins/, named as spec/plugins.md says
+# (specula-plugin-<name>_v<version>_x1.0_<os>_<arch>), each with _SHA256SUM.
+.PHONY: plugins
+plugins: deps
+	@mkdir -p build/plugins
+	@for dir in plugins/examples/*/; do \
+	  name=$$(basename $$dir); \
+	  ver=$$(sed -n 's/^const version = "\(.*\)"/\1/p' $$dir/main.go); \
+	  out="build/plugins/specula-plugin-$${name}_v$${ver}_x1.0_$$($(GO) env GOOS)_$$($(GO) env GOARCH)"; \
+	  $(GO) build -o "$$out" "./$$dir" || exit 1; \
+	  chmod go-w "$$out"; \
+	  sha256sum "$$out" | cut -d' ' -f1 > "$${out}_SHA256SUM"; \
+	  echo "built $$out"; \
+	done

@@ -16,15 +16,15 @@ func init() {
 
 // pluginJSON is one plugin in `specula plugins --json`.
 type pluginJSON struct {
-	Name          string     `json:"name"`
-	Version       string     `json:"version"`
-	Protocol      int        `json:"protocol,omitempty"`
-	API           string     `json:"api"`
-	Platform      string     `json:"platform"`
-	Path          string     `json:"path"`
-	SHA256        string     `json:"sha256,omitempty"`
+	Name          string           `json:"name"`
+	Version       string           `json:"version"`
+	Protocol      int              `json:"protocol,omitempty"`
+	API           string           `json:"api"`
+	Platform      string           `json:"platform"`
+	Path          string           `json:"path"`
+	SHA256        string           `json:"sha256,omitempty"`
 	Architectures []pluginArchJSON `json:"architectures"`
-	Status        string     `json:"status"`
+	Status        string           `json:"status"`
 }
 
 type pluginArchJSON struct {
