@@ -26,6 +26,11 @@ func (d Device) String() string {
 // Version is the MLX library version.
 func Version() string { return C.GoString(C.spx_version()) }
 
+// BLAS names the library serving MLX's CPU matmuls: OpenBLAS when `make deps`
+// unpacked it (or SPECULA_BLAS points at one), else the reference BLAS the
+// mlx-cpu wheel bundles. Set SPECULA_BLAS=reference to force the latter.
+func BLAS() string { return C.GoString(C.spx_blas_name()) }
+
 // GPUAvailable reports whether this MLX build has a usable GPU backend.
 func GPUAvailable() bool {
 	mustWorker()

@@ -2,5 +2,6 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 125371ec81464a10fac250f84c825b2f
+// shim digest: 003a8baa3aec90eeac0967de708efdfe
 #include "shim/shim.cpp"
+#include "shim/blas.cpp"

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,8 +46,20 @@ func runBench(e *env, args []string) int {
 	depths := fs.String("depths", "1-15", "oracle depths, e.g. 1-15 or 1,2,4,8")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the measured runs to `file` (host-side time)")
 	if _, code, ok := parseFlags(e, fs, args); !ok {
 		return code
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail(e, "bench", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(e, "bench", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if g.manifest == "" {
 		fmt.Fprintln(e.stderr, "specula bench: -m MANIFEST is required")

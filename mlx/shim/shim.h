@@ -131,6 +131,8 @@ void spx_set_worker_thread(bool on);
 bool spx_on_worker(void);
 const char* spx_last_error(void);
 const char* spx_version(void);
+/* Names the BLAS serving MLX's CPU matmuls (see blas.cpp). */
+const char* spx_blas_name(void);
 int spx_gpu_available(bool* out);
 int spx_default_stream(spx_stream* out, int device_type);
 int spx_new_stream(spx_stream* out, int device_type);
