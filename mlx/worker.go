@@ -36,7 +36,7 @@ var (
 
 // worker-owned state: touched only on the worker thread.
 var (
-	current       *scope     // innermost scope
+	current       *scope // innermost scope
 	defaultStream C.spx_stream
 	device        = CPU
 	gpuAvailable  bool
