@@ -157,18 +157,9 @@ func loadWeights(m weightLoader, phase, dir string, progress Progress) error {
 		return err
 	}
 	defer ck.Close()
-	tensors := map[string]*mlx.Array{}
-	for _, shard := range ck.Shards() {
-		arrays, err := mlx.LoadSafetensors(shard.Path())
-		if err != nil {
-			return fmt.Errorf("%s: %w", shard.Path(), err)
-		}
-		for name, a := range arrays {
-			// The index decides which shard holds a tensor.
-			if info, ok := ck.Tensor(name); ok && info.Path == shard.Path() {
-				tensors[name] = a
-			}
-		}
+	tensors, err := ck.Arrays()
+	if err != nil {
+		return err
 	}
 	if err := m.LoadWeights(tensors); err != nil {
 		return err
@@ -272,6 +263,30 @@ func (e *Engine) newCore(eos []int32, req Request) (*speculation.Core, func()) {
 		}
 	}
 	return speculation.NewCore(cfg), free
+}
+
+// seededDepth is the depth of seeded sampled requests: the selector's fixed
+// depth, else max_depth, else 7, within what the drafter can produce.
+func (e *Engine) seededDepth() int {
+	if e.selector {
+		return 0 // selector sessions are fixed-depth already
+	}
+	d := 7
+	if e.plan.Speculation.MaxDepth > 0 {
+		d = e.plan.Speculation.MaxDepth
+	}
+	limit := 0
+	switch {
+	case e.draft != nil:
+		bs, _ := e.draft.BlockParams()
+		limit = bs - 1
+	case e.drafter != nil:
+		limit = e.drafter.Limit()
+	}
+	if limit > 0 {
+		d = min(d, limit)
+	}
+	return d
 }
 
 // ErrNoTokenizer is returned for a text prompt when the target folder has no
