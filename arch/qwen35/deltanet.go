@@ -40,11 +40,17 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	q := mlx.MultiplyScalar(nn.L2Norm(toF32(mlx.Reshape(qkv[0], 1, L, hk, dk)), l2Eps), scale)
 	k := nn.L2Norm(toF32(mlx.Reshape(qkv[1], 1, L, hk, dk)), l2Eps)
 	v := toF32(mlx.Reshape(qkv[2], 1, L, hv, dv))
-	// Value head h reads key head h div (Hv/Hk).
-	q, k = repeatHeads(q, hv/hk), repeatHeads(k, hv/hk)
 
 	bounds := append(slices.Clone(splits), L)
-	out, deltas := gatedDeltaScan(q, k, v, alpha, beta, c.DeltaState(), bounds)
+	var out *mlx.Array
+	var deltas []*mlx.Array
+	if useScanKernel(dk) {
+		out, deltas = gatedDeltaScanKernel(q, k, v, alpha, beta, c.DeltaState(), bounds)
+	}
+	if out == nil {
+		// Value head h reads key head h div (Hv/Hk).
+		out, deltas = gatedDeltaScan(repeatHeads(q, hv/hk), repeatHeads(k, hv/hk), v, alpha, beta, c.DeltaState(), bounds)
+	}
 	convs := make([]*mlx.Array, len(bounds))
 	for i, b := range bounds {
 		// The tail at boundary b: the Kc−1 pre-convolution rows ending at

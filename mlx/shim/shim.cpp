@@ -720,6 +720,47 @@ int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
   SPX_CATCH
 }
 
+int spx_cuda_kernel(spx_array* outs, size_t nout, const char* name,
+                    const char* source, const char* header,
+                    const char* const* input_names, const spx_array* inputs,
+                    size_t nin, const char* const* output_names,
+                    const int* out_shapes, const int* out_ndims,
+                    const int* out_dtypes, int gx, int gy, int gz, int tx,
+                    int ty, int tz, const char* const* tmpl_names,
+                    const int* tmpl_values, const int* tmpl_kinds,
+                    size_t ntmpl, spx_stream s) {
+  SPX_TRY
+  std::vector<std::string> in_names(input_names, input_names + nin);
+  std::vector<std::string> out_names(output_names, output_names + nout);
+  auto kernel = mx::fast::cuda_kernel(name, in_names, out_names, source,
+                                      header ? header : "", true, 0);
+  std::vector<mx::Shape> shapes;
+  std::vector<mx::Dtype> dtypes;
+  const int* dim = out_shapes;
+  for (size_t i = 0; i < nout; i++) {
+    shapes.push_back(shape_of(dim, out_ndims[i]));
+    dim += out_ndims[i];
+    dtypes.push_back(dtype_of(out_dtypes[i]));
+  }
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> tmpl;
+  for (size_t i = 0; i < ntmpl; i++) {
+    if (tmpl_kinds[i] == 1) {
+      tmpl.emplace_back(tmpl_names[i], mx::fast::TemplateArg(tmpl_values[i] != 0));
+    } else {
+      tmpl.emplace_back(tmpl_names[i], mx::fast::TemplateArg(tmpl_values[i]));
+    }
+  }
+  auto result = kernel(arrays(inputs, nin), shapes, dtypes, {gx, gy, gz},
+                       {tx, ty, tz}, tmpl, std::nullopt, false, stream(s));
+  if (result.size() != nout) {
+    throw std::runtime_error("cuda_kernel returned an unexpected number of outputs");
+  }
+  for (size_t i = 0; i < nout; i++) {
+    assign(&outs[i], std::move(result[i]));
+  }
+  SPX_CATCH
+}
+
 int spx_random_key(spx_array* out, uint64_t seed) {
   SPX_TRY
   assign(out, mx::random::key(seed));

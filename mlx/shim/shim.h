@@ -267,6 +267,24 @@ int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
              float scale, const char* mask_mode, spx_array mask,
              spx_array sinks, spx_stream s);
 
+/* ---- custom GPU kernels ------------------------------------------------ */
+
+/* Runs a CUDA kernel compiled at run time by MLX (fast::cuda_kernel). The
+ * source is the kernel body; MLX writes the signature from the input and
+ * output names (inputs are `const T* name`, outputs `T* name`; `<in>_shape`
+ * in the source also passes an input's shape). out_shapes holds the output
+ * shapes back to back, out_ndims their ranks. Template constants are ints
+ * (kind 0) or bools (kind 1). grid counts threads, as in MLX. */
+int spx_cuda_kernel(spx_array* outs, size_t nout, const char* name,
+                    const char* source, const char* header,
+                    const char* const* input_names, const spx_array* inputs,
+                    size_t nin, const char* const* output_names,
+                    const int* out_shapes, const int* out_ndims,
+                    const int* out_dtypes, int gx, int gy, int gz, int tx,
+                    int ty, int tz, const char* const* tmpl_names,
+                    const int* tmpl_values, const int* tmpl_kinds,
+                    size_t ntmpl, spx_stream s);
+
 /* ---- random ----------------------------------------------------------- */
 
 int spx_random_key(spx_array* out, uint64_t seed);

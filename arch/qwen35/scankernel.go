@@ -1,0 +1,136 @@
+package qwen35
+
+import (
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"github.com/specula-dev/specula/mlx"
+)
+
+// gatedDeltaKernel runs the whole gated-delta scan of one layer as one CUDA
+// launch (spec/mlx.md 8.3: MLX has no kernel for it outside Metal). The
+// graph scan issues about seven kernels per token per layer, which bounds a
+// verification forward by launch overhead on the GPU.
+//
+// One warp owns one row i of one value head's state S [Dv, Dk]: the rows
+// evolve independently given k, q, α, β and v_i, so each lane keeps Dk/32
+// entries of its row in registers for all T tokens, and the two dot products
+// per token are warp reductions. With EMIT the state after every token is
+// written (a verification's per-token snapshots); without it only the last.
+var gatedDeltaKernel = &mlx.CUDAKernel{
+	Name:    "specula_gated_delta_scan",
+	Inputs:  []string{"q", "k", "v", "a", "b", "s0"},
+	Outputs: []string{"o", "st"},
+	Source: `
+  const int T = q_shape[0];
+  const int lane = threadIdx.x & 31;
+  const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  if (row >= HV * DV) return;
+  const int h = row / DV;
+  const int i = row - h * DV;
+  const int hk = h / R;
+  constexpr int PER = DK / 32;
+  float s[PER];
+  const float* s0row = s0 + ((size_t)h * DV + i) * DK;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) s[j] = s0row[lane + 32 * j];
+  for (int t = 0; t < T; ++t) {
+    const float at = a[(size_t)t * HV + h];
+    const float bt = b[(size_t)t * HV + h];
+    const float* kt = k + ((size_t)t * HK + hk) * DK;
+    const float* qt = q + ((size_t)t * HK + hk) * DK;
+    float kk[PER];
+    float kv = 0.f;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      kk[j] = kt[lane + 32 * j];
+      s[j] *= at;
+      kv += s[j] * kk[j];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) kv += __shfl_xor_sync(0xffffffffu, kv, off);
+    const float d = bt * (v[((size_t)t * HV + h) * DV + i] - kv);
+    float ov = 0.f;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      s[j] += d * kk[j];
+      ov += s[j] * qt[lane + 32 * j];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ov += __shfl_xor_sync(0xffffffffu, ov, off);
+    if (lane == 0) o[((size_t)t * HV + h) * DV + i] = ov;
+    if (EMIT) {
+      float* dst = st + (((size_t)t * HV + h) * DV + i) * DK;
+#pragma unroll
+      for (int j = 0; j < PER; ++j) dst[lane + 32 * j] = s[j];
+    }
+  }
+  if (!EMIT) {
+    float* dst = st + ((size_t)h * DV + i) * DK;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) dst[lane + 32 * j] = s[j];
+  }
+`,
+}
+
+// useScanKernel reports whether the kernel can run: on the GPU of a CUDA
+// build, with Dk a multiple of the warp size. SPECULA_GDN_KERNEL=0 turns it
+// off (to measure or to compare against the graph scan).
+func useScanKernel(dk int) bool {
+	return mlx.CurrentDevice() == mlx.GPU && dk%32 == 0 && !kernelBroken.Load() && os.Getenv("SPECULA_GDN_KERNEL") != "0"
+}
+
+// kernelBroken is set when a launch fails; the graph scan is used from then
+// on (logged once).
+var kernelBroken atomic.Bool
+
+// gatedDeltaScanKernel is gatedDeltaScan as one launch. q, k [1, L, Hk, Dk]
+// (not repeated per value head), v [1, L, Hv, Dv], alpha and beta
+// [1, L, Hv], state [1, Hv, Dv, Dk], all float32. It returns the outputs
+// [1, L, Hv, Dv] and the states at bounds, or nil outputs when the launch
+// failed (the caller then runs the graph scan).
+func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) (*mlx.Array, []*mlx.Array) {
+	L, hk, dk := q.Dim(1), q.Dim(2), q.Dim(3)
+	hv, dv := v.Dim(2), v.Dim(3)
+	emit := len(bounds) > 1 || bounds[0] != L
+	stRows := 1
+	if emit {
+		stRows = L
+	}
+	outs, err := gatedDeltaKernel.Run([]*mlx.Array{
+		mlx.Reshape(q, L, hk, dk), mlx.Reshape(k, L, hk, dk), mlx.Reshape(v, L, hv, dv),
+		mlx.Reshape(alpha, L, hv), mlx.Reshape(beta, L, hv), mlx.Reshape(state, hv, dv, dk),
+	}, mlx.KernelLaunch{
+		OutputShapes: [][]int{{L, hv, dv}, {stRows, hv, dv, dk}},
+		OutputDTypes: []mlx.DType{mlx.Float32, mlx.Float32},
+		Grid:         [3]int{32 * hv * dv, 1, 1},
+		Block:        [3]int{128, 1, 1},
+		Templates: []mlx.KernelTemplate{
+			{Name: "HV", Value: hv}, {Name: "HK", Value: hk}, {Name: "R", Value: hv / hk},
+			{Name: "DK", Value: dk}, {Name: "DV", Value: dv}, {Name: "EMIT", Value: b2i(emit), Bool: true},
+		},
+	})
+	if err != nil {
+		if !kernelBroken.Swap(true) {
+			slog.Warn("qwen35: the gated-delta CUDA kernel failed; using the graph scan", "err", err)
+		}
+		return nil, nil
+	}
+	states := make([]*mlx.Array, len(bounds))
+	for i, b := range bounds {
+		row := 0
+		if emit {
+			row = b - 1
+		}
+		states[i] = mlx.Reshape(mlx.SliceAxis(outs[1], 0, row, row+1), 1, hv, dv, dk)
+	}
+	return mlx.Reshape(outs[0], 1, L, hv, dv), states
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
