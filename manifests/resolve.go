@@ -46,7 +46,10 @@ const maxConfigSize = 16 << 20
 //  3. each architecture (the manifest's, else config.json's
 //     architectures[0]) is registered, with the right kind; a plugin
 //     architecture is served by the plugin the manifest names with its
-//     checksum, and a built-in one is not named as a plugin;
+//     checksum, and a built-in one is not named as a plugin. A [draft] that
+//     names a plugin gets that plugin's architecture
+//     (registry.LookupPlugin), even where a built-in has the same name;
+//     one that names none gets a built-in;
 //  4. each constructor accepts its config (a failure is ErrInit, distinct
 //     from an unknown name, ErrArchitecture);
 //  5. every declared capability is in the entry's record;
@@ -325,6 +328,7 @@ func (r *resolver) lookup(p *part) error {
 			return &Error{File: r.m.Path, Line: r.m.line("draft.plugin"), Kind: ErrPlugin,
 				Msg: fmt.Sprintf("[draft] plugin %q: %v", plugin, err), Err: err}
 		}
+		return r.lookupPlugin(p, plugin, key)
 	}
 	e, err := r.reg.Lookup(p.comp.Requested)
 	if err != nil {
@@ -333,9 +337,6 @@ func (r *resolver) lookup(p *part) error {
 			return err
 		}
 		msg := fmt.Sprintf("[%s] %s is not registered", p.table, p.describe())
-		if plugin != "" {
-			msg += fmt.Sprintf(" (plugin %q does not serve it)", plugin)
-		}
 		if len(ue.Known) == 0 {
 			msg += "; no architectures are registered in this program"
 		} else {
@@ -346,35 +347,77 @@ func (r *resolver) lookup(p *part) error {
 		}
 		return &Error{File: r.m.Path, Line: r.m.line(key), Kind: ErrArchitecture, Msg: msg, Err: err}
 	}
-	if e.Kind != p.kind {
-		var same []string
-		for _, o := range r.reg.Entries() {
-			if o.Kind == p.kind {
-				same = append(same, o.Name)
-			}
-		}
-		return r.errorf(key, ErrArchitecture, "[%s] %s is a %s architecture; [%s] needs a %s (known %ss: %s)",
-			p.table, p.describe(), e.Kind, p.table, p.kind, p.kind, orNone(same))
+	if err := r.checkKind(p, e, key); err != nil {
+		return err
 	}
-	switch served := e.Plugin(); {
-	case served != "" && p.kind == registry.KindTarget:
-		return r.errorf(key, ErrPlugin, "[target] %s is served by plugin %q; plugins serve drafts only", p.describe(), served)
-	case served != "" && plugin == "":
+	if served := e.Plugin(); served != "" {
+		if p.kind == registry.KindTarget {
+			return r.errorf(key, ErrPlugin, "[target] %s is served by plugin %q; plugins serve drafts only", p.describe(), served)
+		}
 		return r.errorf(key, ErrPlugin,
 			`[draft] %s is served by plugin %q; name it with plugin = %q and the binary's checksum sha256 = "..."`, p.describe(), served, served)
-	case served != plugin:
-		return r.errorf("draft.plugin", ErrPlugin, "[draft] plugin = %q, but %s is %s", plugin, p.describe(), sourceName(e))
 	}
-	p.entry = e
-	p.comp.Architecture, p.comp.Source, p.comp.Type, p.comp.Provided = e.Name, e.Source, e.Type, e.Capabilities
+	p.use(e)
 	return nil
 }
 
-func sourceName(e *registry.Entry) string {
-	if e.Plugin() == "" {
-		return "built in"
+// lookupPlugin finds the draft architecture that plugin serves under the
+// requested name. The plugin's entry is found even when a built-in (or
+// another plugin) has the same name: a manifest naming a plugin always means
+// the plugin's architecture.
+func (r *resolver) lookupPlugin(p *part, plugin, key string) error {
+	e, err := r.reg.LookupPlugin(plugin, p.comp.Requested)
+	if err != nil {
+		var ue *registry.UnknownError
+		if !errors.As(err, &ue) {
+			return err
+		}
+		serves := "it serves no architectures"
+		if len(ue.Known) > 0 {
+			serves = "it serves " + strings.Join(ue.Known, ", ")
+			if s := suggest(p.comp.Requested, ue.Known); s != "" {
+				serves += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+		}
+		msg := fmt.Sprintf("[%s] plugin %q does not serve %s — %s", p.table, plugin, p.describe(), serves)
+		other, lerr := r.reg.Lookup(p.comp.Requested)
+		if lerr != nil {
+			return &Error{File: r.m.Path, Line: r.m.line(key), Kind: ErrArchitecture, Msg: msg, Err: err}
+		}
+		// The name exists from another source: say which, and how to use it.
+		if o := other.Plugin(); o != "" {
+			msg += fmt.Sprintf("; plugin %s serves that name: set plugin = %q and its sha256 to use it", o, o)
+		} else {
+			msg += "; a built-in architecture has that name: remove plugin and sha256 to use it"
+		}
+		return &Error{File: r.m.Path, Line: r.m.line("draft.plugin"), Kind: ErrPlugin, Msg: msg, Err: err}
 	}
-	return "served by plugin " + e.Plugin()
+	if err := r.checkKind(p, e, key); err != nil {
+		return err
+	}
+	p.use(e)
+	return nil
+}
+
+// checkKind refuses an entry of the wrong kind for p.
+func (r *resolver) checkKind(p *part, e *registry.Entry, key string) error {
+	if e.Kind == p.kind {
+		return nil
+	}
+	var same []string
+	for _, o := range r.reg.Entries() {
+		if o.Kind == p.kind && !slices.Contains(same, o.Name) {
+			same = append(same, o.Name)
+		}
+	}
+	return r.errorf(key, ErrArchitecture, "[%s] %s is a %s architecture; [%s] needs a %s (known %ss: %s)",
+		p.table, p.describe(), e.Kind, p.table, p.kind, p.kind, orNone(same))
+}
+
+// use records the resolved entry e for p.
+func (p *part) use(e *registry.Entry) {
+	p.entry = e
+	p.comp.Architecture, p.comp.Source, p.comp.Type, p.comp.Provided = e.Name, e.Source, e.Type, e.Capabilities
 }
 
 func orNone(names []string) string {
@@ -386,7 +429,7 @@ func orNone(names []string) string {
 
 // build constructs p's weightless instance (step 4).
 func (r *resolver) build(p *part, dt mlx.DType) error {
-	v, _, err := r.reg.Build(p.entry.Name, registry.Config{Dir: p.ck.Dir, JSON: p.cfg, DType: dt})
+	v, _, err := r.reg.Build(p.entry.Key(), registry.Config{Dir: p.ck.Dir, JSON: p.cfg, DType: dt})
 	if err != nil {
 		var ie *registry.InitError
 		detail := err.Error()

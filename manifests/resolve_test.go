@@ -314,7 +314,7 @@ func TestResolveErrors(t *testing.T) {
 			want: `:9: [draft] plugin "acme": no binary specula-plugin-acme_* with that checksum (candidates: v1.2.0 sha256 1f2e...)`},
 		{name: "built-in architecture named as a plugin", draftExtra: `plugin = "acme"` + "\n" + `sha256 = "` + strings.Repeat("a", 64) + `"`,
 			opts: manifests.Options{LoadPlugin: func(context.Context, string, string, *registry.Registry) error { return nil }},
-			kind: manifests.ErrPlugin, want: `:9: [draft] plugin = "acme", but architecture "DFlashDraftModel" (config.json architectures[0]) is built in`},
+			kind: manifests.ErrPlugin, want: `:9: [draft] plugin "acme" does not serve architecture "DFlashDraftModel" (config.json architectures[0]) — it serves no architectures; a built-in architecture has that name: remove plugin and sha256 to use it`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -555,8 +555,64 @@ func TestResolvePlugins(t *testing.T) {
 		other := describe(model.CapDraft)
 		other[0].Name = "Something"
 		_, err := manifests.Resolve(ctx, writeManifest(t, doc), fakes(t), manifests.Options{LoadPlugin: load(other, &calls)})
-		want := `m.toml:9: [draft] architecture "DFlash3DraftModel" is not registered (plugin "acme-dflash3" does not serve it); known: `
+		want := `m.toml:9: [draft] plugin "acme-dflash3" does not serve architecture "DFlash3DraftModel" — it serves Something`
 		if !errors.Is(err, manifests.ErrArchitecture) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Resolve = %v\nwant %s", err, want)
+		}
+	})
+	// A plugin may serve an architecture under a built-in's name (the dflash
+	// example plugin serves DFlashDraftModel out of process): a manifest that
+	// names the plugin gets the plugin's entry, one that does not gets the
+	// built-in, in the same program.
+	t.Run("a plugin serving a built-in's name", func(t *testing.T) {
+		r := fakes(t)
+		var calls []string
+		same := describe(model.CapDraft, model.CapBlockDraft)
+		same[0].Name = "DFlashDraftModel"
+		loadSame := func(_ context.Context, name, sum string, reg *registry.Registry) error {
+			calls = append(calls, name)
+			if _, err := reg.LookupPlugin(name, same[0].Name); err == nil {
+				return nil
+			}
+			return reg.AddPlugin(name, same)
+		}
+		opts := manifests.Options{LoadPlugin: loadSame}
+		for _, tt := range []struct {
+			name, draftExtra, wantSource string
+			proxy                        bool
+		}{
+			{"architecture from config.json, plugin named", "plugin = \"dflash\"\nsha256 = \"" + sha + "\"", "plugin dflash", true},
+			{"no plugin named: the built-in", "", registry.SourceBuiltin, false},
+			{"architecture named, plugin named", "architecture = \"DFlashDraftModel\"\nplugin = \"dflash\"\nsha256 = \"" + sha + "\"", "plugin dflash", true},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				p, err := manifests.Resolve(ctx, writeManifest(t, pair(qwen, dtCaps, ``, dflash, blockCaps, tt.draftExtra)), r, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := p.Draft
+				if d.Architecture != "DFlashDraftModel" || d.Source != tt.wantSource {
+					t.Errorf("draft %s from %q; want DFlashDraftModel from %q", d.Architecture, d.Source, tt.wantSource)
+				}
+				if _, isProxy := d.Instance().(*proxy); isProxy != tt.proxy {
+					t.Errorf("Instance() = %T", d.Instance())
+				}
+			})
+		}
+		if !slices.Equal(calls, []string{"dflash", "dflash"}) {
+			t.Errorf("LoadPlugin calls = %q", calls)
+		}
+	})
+	t.Run("an architecture another plugin serves", func(t *testing.T) {
+		r := fakes(t)
+		if err := r.AddPlugin("acme-dflash3", describe(model.CapDraft, model.CapBlockDraft)); err != nil {
+			t.Fatal(err)
+		}
+		noop := func(context.Context, string, string, *registry.Registry) error { return nil }
+		m := writeManifest(t, pair(qwen, dtCaps, ``, dflash, blockCaps, "architecture = \"DFlash3DraftModel\"\nplugin = \"other\"\nsha256 = \""+sha+"\""))
+		_, err := manifests.Resolve(ctx, m, r, manifests.Options{LoadPlugin: noop})
+		want := `m.toml:10: [draft] plugin "other" does not serve architecture "DFlash3DraftModel" — it serves no architectures; plugin acme-dflash3 serves that name: set plugin = "acme-dflash3" and its sha256 to use it`
+		if !errors.Is(err, manifests.ErrPlugin) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Resolve = %v\nwant %s", err, want)
 		}
 	})

@@ -210,10 +210,13 @@ func (h *Host) LoadPlugin(ctx context.Context, name, sha256 string, reg *registr
 }
 
 // register adds lp's architectures to reg unless they are there already.
+// They enter under plugin-qualified names (registry.QualifiedName), so a
+// plugin may serve an architecture a built-in also has: manifests naming the
+// plugin find its entry with registry.LookupPlugin.
 func (h *Host) register(lp *loadedPlugin, reg *registry.Registry) error {
 	var archs []registry.PluginArch
 	for _, a := range lp.desc.GetArchitectures() {
-		if e, err := reg.Lookup(a.GetName()); err == nil && e.Plugin() == lp.name {
+		if _, err := reg.LookupPlugin(lp.name, a.GetName()); err == nil {
 			continue
 		}
 		caps := make(model.Capabilities, 0, len(a.GetCapabilities()))

@@ -5,15 +5,25 @@ import (
 	"strings"
 )
 
-// UnknownError reports a name no entry has.
+// UnknownError reports a name no entry has (or, from LookupPlugin, that a
+// plugin does not serve).
 type UnknownError struct {
 	// Name is the name that was looked up.
 	Name string
-	// Known lists the registered names (not aliases), sorted.
+	// Plugin is the plugin it was looked up in (LookupPlugin), or "".
+	Plugin string
+	// Known lists the registered names (not aliases), sorted; with Plugin,
+	// the names that plugin serves.
 	Known []string
 }
 
 func (e *UnknownError) Error() string {
+	if e.Plugin != "" {
+		if len(e.Known) == 0 {
+			return fmt.Sprintf("plugin %s serves no architecture %q; it has no architectures registered", e.Plugin, e.Name)
+		}
+		return fmt.Sprintf("plugin %s serves no architecture %q; it serves: %s", e.Plugin, e.Name, strings.Join(e.Known, ", "))
+	}
 	if len(e.Known) == 0 {
 		return fmt.Sprintf("unknown architecture %q; no architectures are registered", e.Name)
 	}

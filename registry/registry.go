@@ -5,6 +5,15 @@
 // same registry through AddPlugin with their source recorded, and leave it
 // through Remove or RemovePlugin.
 //
+// Names and plugins: a plugin entry is always registered under its
+// plugin-qualified names, QualifiedName(plugin, name) for its name and each
+// alias, which no other entry can hold; its plain name and aliases are added
+// too, each only if free when it is added. A built-in (or an earlier plugin)
+// therefore keeps a name it holds, and a plugin may serve an architecture of the same
+// name as a built-in: Lookup("DFlashDraftModel") finds the built-in and
+// LookupPlugin("dflash", "DFlashDraftModel") the plugin's entry. A manifest
+// that names a plugin resolves its architecture with LookupPlugin.
+//
 // A built-in entry's capability record is computed by type assertion on the
 // type its constructor declares, so it needs no instance and no weights. A
 // plugin entry's record is what the plugin's Describe declared. Build
@@ -99,6 +108,35 @@ func (e *Entry) Plugin() string {
 // Names returns e's name followed by its aliases.
 func (e *Entry) Names() []string { return append([]string{e.Name}, e.Aliases...) }
 
+// Key returns the name that identifies e in its registry whatever else is
+// registered: Name for a built-in, QualifiedName(plugin, Name) for a plugin
+// entry. Lookup, Build and Remove accept it.
+func (e *Entry) Key() string {
+	if p := e.Plugin(); p != "" {
+		return QualifiedName(p, e.Name)
+	}
+	return e.Name
+}
+
+// QualifiedName is the registry key of the architecture (or alias) name
+// served by plugin: "<plugin>/<name>". Architecture and plugin names cannot
+// contain '/', so it is unambiguous.
+func QualifiedName(plugin, name string) string { return plugin + "/" + name }
+
+// requiredKeys are the keys e must be registered under: its names for a
+// built-in, their qualified forms for a plugin entry.
+func (e *Entry) requiredKeys() []string {
+	p := e.Plugin()
+	if p == "" {
+		return e.Names()
+	}
+	keys := e.Names()
+	for i, n := range keys {
+		keys[i] = QualifiedName(p, n)
+	}
+	return keys
+}
+
 // clone returns a copy of e that shares nothing mutable with it.
 func (e *Entry) clone() *Entry {
 	c := *e
@@ -110,8 +148,11 @@ func (e *Entry) clone() *Entry {
 // Registry is a set of architectures, safe for concurrent use. The zero value
 // is not usable; use New.
 type Registry struct {
-	mu      sync.RWMutex
-	entries map[string]*Entry // by name and by alias; one *Entry per architecture
+	mu sync.RWMutex
+	// entries maps every key to its entry (one *Entry per architecture):
+	// names and aliases of built-ins; qualified names and aliases of plugin
+	// entries, plus their plain ones where free.
+	entries map[string]*Entry
 }
 
 // New returns an empty registry.
@@ -121,11 +162,13 @@ func New() *Registry { return &Registry{entries: map[string]*Entry{}} }
 // programs resolve manifests against.
 var Default = New()
 
-// Add registers a copy of e under its name and aliases. The entry must have a
-// name, a constructor, a valid kind, a source that is SourceBuiltin (or
+// Add registers a copy of e under its name and aliases (a plugin entry: under
+// their qualified forms, and the plain ones where free). The entry must have
+// a name, a constructor, a valid kind, a source that is SourceBuiltin (or
 // empty, meaning built-in) or PluginSource(name), and a capability record
-// that suits its kind (a target provides "model", a draft "draft"). A name or
-// alias already taken, by this entry or another, is a *DuplicateError.
+// that suits its kind (a target provides "model", a draft "draft"). A name
+// or alias already taken, by this entry or another, is a *DuplicateError (for
+// a plugin entry: a qualified one, taken by an entry of the same plugin).
 func (r *Registry) Add(e *Entry) error {
 	c := e.clone()
 	if c.Source == "" {
@@ -207,6 +250,9 @@ func nameProblem(s string) string {
 		if unicode.IsSpace(r) || unicode.IsControl(r) {
 			return "contains white space or a control character"
 		}
+		if r == '/' {
+			return `contains '/', which only plugin-qualified names ("<plugin>/<name>") have`
+		}
 	}
 	return ""
 }
@@ -230,19 +276,35 @@ func kindCapability(k Kind) model.Capability {
 	return model.CapDraft
 }
 
-// checkFreeLocked reports the first of e's names that is already taken.
+// checkFreeLocked reports the first of e's required keys that is already
+// taken.
 func (r *Registry) checkFreeLocked(e *Entry) error {
-	for _, n := range e.Names() {
-		if old, taken := r.entries[n]; taken {
-			return &DuplicateError{Name: n, Existing: old.Name, Source: old.Source}
+	for _, k := range e.requiredKeys() {
+		if old, taken := r.entries[k]; taken {
+			name := k
+			if old.Plugin() != "" {
+				// Name the contested name as the entries know it.
+				name = strings.TrimPrefix(k, old.Plugin()+"/")
+			}
+			return &DuplicateError{Name: name, Existing: old.Name, Source: old.Source}
 		}
 	}
 	return nil
 }
 
+// addLocked registers e under its required keys and, for a plugin entry,
+// under each plain name and alias that is free.
 func (r *Registry) addLocked(e *Entry) {
+	for _, k := range e.requiredKeys() {
+		r.entries[k] = e
+	}
+	if e.Plugin() == "" {
+		return
+	}
 	for _, n := range e.Names() {
-		r.entries[n] = e
+		if _, taken := r.entries[n]; !taken {
+			r.entries[n] = e
+		}
 	}
 }
 
@@ -307,8 +369,10 @@ func capabilitiesOfType[T any]() model.Capabilities {
 
 func typeName[T any]() string { return reflect.TypeFor[T]().String() }
 
-// Lookup finds an entry by name or alias and returns a copy of it. An
-// unknown name is an *UnknownError listing the known names.
+// Lookup finds an entry by name, alias or key (Entry.Key) and returns a copy
+// of it. A plain name that a built-in and a plugin entry share finds the
+// built-in (see the package comment). An unknown name is an *UnknownError
+// listing the known names.
 func (r *Registry) Lookup(name string) (*Entry, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -318,7 +382,26 @@ func (r *Registry) Lookup(name string) (*Entry, error) {
 	return nil, &UnknownError{Name: name, Known: r.namesLocked()}
 }
 
-// Build resolves name and constructs an instance, distinguishing an unknown
+// LookupPlugin finds the entry plugin serves under name (its name or an
+// alias), whatever other entries share that name, and returns a copy of it.
+// None is an *UnknownError with Plugin set, listing the names plugin serves.
+func (r *Registry) LookupPlugin(plugin, name string) (*Entry, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if e, ok := r.entries[QualifiedName(plugin, name)]; ok && e.Plugin() == plugin {
+		return e.clone(), nil
+	}
+	var served []string
+	for k, e := range r.entries {
+		if k == e.Key() && e.Plugin() == plugin {
+			served = append(served, e.Name)
+		}
+	}
+	slices.Sort(served)
+	return nil, &UnknownError{Name: name, Plugin: plugin, Known: served}
+}
+
+// Build resolves name as Lookup does and constructs an instance, distinguishing an unknown
 // name (*UnknownError) from a constructor failure (*InitError). A
 // constructor that panics, returns nil, or (for a built-in) returns a value
 // lacking a capability of its record fails with an *InitError too; the
@@ -375,13 +458,13 @@ func isNil(v any) bool {
 }
 
 // Entries returns a copy of every entry once: targets first, then drafts,
-// each sorted by name.
+// each sorted by name (a built-in before plugin entries of the same name).
 func (r *Registry) Entries() []*Entry {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	var out []*Entry
-	for n, e := range r.entries {
-		if n == e.Name {
+	for k, e := range r.entries {
+		if k == e.Key() {
 			out = append(out, e.clone())
 		}
 	}
@@ -392,7 +475,10 @@ func (r *Registry) Entries() []*Entry {
 			}
 			return 1
 		}
-		return strings.Compare(a.Name, b.Name)
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Plugin(), b.Plugin()) // a built-in ("") first
 	})
 	return out
 }
@@ -413,9 +499,11 @@ type PluginArch struct {
 }
 
 // AddPlugin registers every architecture a plugin serves, each with Source
-// PluginSource(plugin). It is the plugin host's entry point, called after the
-// handshake and Describe. Either all architectures are added or, on the first
-// invalid or duplicate one, none.
+// PluginSource(plugin), under its qualified names and the plain ones that are
+// free (see the package comment): serving a built-in's name is not a clash.
+// It is the plugin host's entry point, called after the handshake and
+// Describe. Either all architectures are added or, on the first invalid or
+// duplicate one (a name the same plugin already serves), none.
 func (r *Registry) AddPlugin(plugin string, archs []PluginArch) error {
 	if problem := nameProblem(plugin); problem != "" {
 		return &EntryError{Problem: fmt.Sprintf("plugin name %q %s", plugin, problem)}
@@ -453,8 +541,8 @@ func (r *Registry) AddPlugin(plugin string, archs []PluginArch) error {
 	return nil
 }
 
-// Remove unregisters the plugin entry called name (or having it as an alias)
-// with all its names. Built-in entries cannot be removed: that is an error,
+// Remove unregisters the plugin entry that name (a name, alias or key)
+// resolves to, with all its names. Built-in entries cannot be removed: that is an error,
 // as is an unknown name (*UnknownError).
 func (r *Registry) Remove(name string) error {
 	r.mu.Lock()
@@ -475,14 +563,16 @@ func (r *Registry) Remove(name string) error {
 func (r *Registry) RemovePlugin(plugin string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var removed []string
-	for n, e := range r.entries {
-		if n == e.Name && e.Plugin() == plugin {
-			removed = append(removed, n)
+	var gone []*Entry
+	for k, e := range r.entries {
+		if k == e.Key() && e.Plugin() == plugin {
+			gone = append(gone, e)
 		}
 	}
-	for _, n := range removed {
-		r.removeLocked(r.entries[n])
+	removed := make([]string, 0, len(gone))
+	for _, e := range gone {
+		r.removeLocked(e)
+		removed = append(removed, e.Name)
 	}
 	slices.Sort(removed)
 	if len(removed) > 0 {
@@ -491,20 +581,25 @@ func (r *Registry) RemovePlugin(plugin string) []string {
 	return removed
 }
 
+// removeLocked deletes every key that holds e (a plain name held by
+// another entry stays).
 func (r *Registry) removeLocked(e *Entry) {
-	for _, n := range e.Names() {
-		delete(r.entries, n)
+	for _, k := range slices.Concat(e.Names(), e.requiredKeys()) {
+		if r.entries[k] == e {
+			delete(r.entries, k)
+		}
 	}
 }
 
-// namesLocked returns the canonical names, sorted.
+// namesLocked returns the entries' names (a name that several entries share
+// once), sorted.
 func (r *Registry) namesLocked() []string {
 	var names []string
-	for n, e := range r.entries {
-		if n == e.Name {
-			names = append(names, n)
+	for k, e := range r.entries {
+		if k == e.Key() {
+			names = append(names, e.Name)
 		}
 	}
 	slices.Sort(names)
-	return names
+	return slices.Compact(names)
 }

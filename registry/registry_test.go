@@ -366,9 +366,12 @@ func TestPlugins(t *testing.T) {
 			Capabilities: caps(model.CapBlockDraft), New: proxy}}, nil, `a draft must provide capability "draft"`},
 		{"unknown declared capability", "acme", []registry.PluginArch{{Name: "X", Kind: registry.KindTarget,
 			Capabilities: caps(model.CapModel, "warp"), New: proxy}}, nil, `unknown capability "warp"`},
-		{"name clash with a built-in", "acme", []registry.PluginArch{other, dflash3}, func(r *registry.Registry) {
-			registry.AddDraft(r, "DFlash3DraftModel", nil, registrytest.NewDraft)
-		}, `"DFlash3DraftModel" is already registered (built-in)`},
+		{"a name the plugin already serves", "acme", []registry.PluginArch{dflash3}, func(r *registry.Registry) {
+			r.AddPlugin("acme", []registry.PluginArch{other, dflash3})
+		}, `"DFlash3DraftModel" is already registered (plugin acme)`},
+		{"a name with a slash", "acme", []registry.PluginArch{{Name: "acme/X", Kind: registry.KindDraft,
+			Capabilities: caps(model.CapDraft), New: proxy}}, nil, `name "acme/X" contains '/'`},
+		{"a plugin name with a slash", "acme/v2", []registry.PluginArch{other}, nil, `plugin name "acme/v2" contains '/'`},
 		{"name clash within the plugin", "acme", []registry.PluginArch{other, {Name: "Y", Aliases: []string{"Other"},
 			Kind: registry.KindDraft, Capabilities: caps(model.CapDraft), New: proxy}}, nil,
 			`"Other" is already registered (plugin acme)`},
@@ -442,6 +445,121 @@ func TestPlugins(t *testing.T) {
 		// The names are free again.
 		if err := r.AddPlugin("acme", []registry.PluginArch{dflash3}); err != nil {
 			t.Errorf("re-adding after RemovePlugin: %v", err)
+		}
+	})
+}
+
+// TestPluginNames: a plugin entry is registered under its qualified names
+// and under the plain ones that are free, so a plugin may serve a built-in's
+// name (or another plugin's) and still be found with LookupPlugin.
+func TestPluginNames(t *testing.T) {
+	draft := func(name string, aliases ...string) registry.PluginArch {
+		return registry.PluginArch{Name: name, Aliases: aliases, Kind: registry.KindDraft, Capabilities: caps(model.CapDraft, model.CapBlockDraft), New: ctorOf(name)}
+	}
+	r := registry.New()
+	if err := registry.AddDraft(r, "DFlashDraftModel", []string{"dflash"}, registrytest.NewDraft); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		name  string
+		archs []registry.PluginArch
+	}{
+		{"dflash", []registry.PluginArch{draft("DFlashDraftModel", "dflash", "df")}},
+		{"acme", []registry.PluginArch{draft("DFlashDraftModel"), draft("AcmeDraft")}},
+		{"zeta", []registry.PluginArch{draft("AcmeDraft")}},
+	} {
+		if err := r.AddPlugin(p.name, p.archs); err != nil {
+			t.Fatalf("AddPlugin(%s) = %v", p.name, err)
+		}
+	}
+	tests := []struct {
+		name           string
+		plugin, lookup string // plugin "": Lookup, else LookupPlugin
+		wantSource     string
+		wantErr        string
+	}{
+		{"a built-in keeps its name", "", "DFlashDraftModel", "built-in", ""},
+		{"a built-in keeps its alias", "", "dflash", "built-in", ""},
+		{"the plugin's entry by its key", "", "dflash/DFlashDraftModel", "plugin dflash", ""},
+		{"the plugin's alias by its key", "", "dflash/df", "plugin dflash", ""},
+		{"LookupPlugin finds the plugin's entry beside the built-in", "dflash", "DFlashDraftModel", "plugin dflash", ""},
+		{"LookupPlugin by alias, even one a built-in holds", "dflash", "dflash", "plugin dflash", ""},
+		{"a free plain alias of a plugin entry", "", "df", "plugin dflash", ""},
+		{"a second plugin serving the same name", "acme", "DFlashDraftModel", "plugin acme", ""},
+		{"the first plugin keeps a plain name", "", "AcmeDraft", "plugin acme", ""},
+		{"the later plugin by LookupPlugin", "zeta", "AcmeDraft", "plugin zeta", ""},
+		{"LookupPlugin never falls back to another source", "zeta", "DFlashDraftModel", "",
+			`plugin zeta serves no architecture "DFlashDraftModel"; it serves: AcmeDraft`},
+		{"LookupPlugin of a plugin with no entries", "nope", "X", "",
+			`plugin nope serves no architecture "X"; it has no architectures registered`},
+		{"unknown names list each name once", "", "Nope", "",
+			`unknown architecture "Nope"; known: AcmeDraft, DFlashDraftModel`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e *registry.Entry
+			var err error
+			if tt.plugin == "" {
+				e, err = r.Lookup(tt.lookup)
+			} else {
+				e, err = r.LookupPlugin(tt.plugin, tt.lookup)
+			}
+			if tt.wantErr != "" {
+				var ue *registry.UnknownError
+				if !errors.As(err, &ue) || err.Error() != tt.wantErr {
+					t.Fatalf("got %v, %v; want *UnknownError %q", e, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || e.Source != tt.wantSource {
+				t.Fatalf("got %+v, %v; want source %q", e, err, tt.wantSource)
+			}
+		})
+	}
+	t.Run("Entries lists every entry once, a built-in before plugins of its name", func(t *testing.T) {
+		var got []string
+		for _, e := range r.Entries() {
+			got = append(got, e.Key())
+		}
+		want := []string{"acme/AcmeDraft", "zeta/AcmeDraft", "DFlashDraftModel", "acme/DFlashDraftModel", "dflash/DFlashDraftModel"}
+		if !slices.Equal(got, want) {
+			t.Errorf("keys %q; want %q", got, want)
+		}
+	})
+	t.Run("Build by key builds the plugin's entry", func(t *testing.T) {
+		v, e, err := r.Build(registry.QualifiedName("zeta", "AcmeDraft"), fakeConfig)
+		if err != nil || e.Plugin() != "zeta" || v != "AcmeDraft" {
+			t.Fatalf("Build = %v, %+v, %v", v, e, err)
+		}
+		v, e, err = r.Build("DFlashDraftModel", fakeConfig)
+		if err != nil || e.Source != registry.SourceBuiltin {
+			t.Fatalf("Build(plain name) = %T, %+v, %v; want the built-in", v, e, err)
+		}
+	})
+	t.Run("a built-in added later cannot take a plugin's plain name", func(t *testing.T) {
+		err := registry.AddDraft(r, "AcmeDraft", nil, registrytest.NewDraft)
+		if err == nil || err.Error() != `registry: architecture name "AcmeDraft" is already registered (plugin acme)` {
+			t.Fatalf("AddDraft = %v", err)
+		}
+	})
+	t.Run("RemovePlugin leaves names other entries hold", func(t *testing.T) {
+		if got := r.RemovePlugin("dflash"); !slices.Equal(got, []string{"DFlashDraftModel"}) {
+			t.Fatalf("RemovePlugin = %v", got)
+		}
+		for name, want := range map[string]string{"DFlashDraftModel": "built-in", "dflash": "built-in", "df": "", "dflash/DFlashDraftModel": ""} {
+			e, err := r.Lookup(name)
+			switch {
+			case want == "" && err == nil:
+				t.Errorf("%s still resolves, to %s", name, e.Source)
+			case want != "" && (err != nil || e.Source != want):
+				t.Errorf("Lookup(%s) = %v, %v; want %s", name, e, err, want)
+			}
+		}
+		if err := r.Remove(registry.QualifiedName("acme", "DFlashDraftModel")); err != nil {
+			t.Fatalf("Remove(key) = %v", err)
+		}
+		if e, err := r.Lookup("AcmeDraft"); err != nil || e.Plugin() != "acme" {
+			t.Errorf("Remove took another entry of the plugin: %v, %v", e, err)
 		}
 	})
 }
