@@ -36,9 +36,10 @@ var demoTarget = synth.Qwen35{
 	FullAttentionInterval: 4, RopeTheta: 1e7, PartialRotary: 0.25, TieEmbeddings: true, DType: synth.Float32, Seed: 20261202,
 }
 
+// demoDraft's mask token is <|MASK|>, the tokenizer's last special token.
 var demoDraft = synth.DFlash{
 	Hidden: 256, Vocab: demoVocab, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 512,
-	BlockSize: 8, MaskToken: demoVocab - 1, // <|MASK|>, the last special token TargetLayerIDs: []int{0, 2}, TargetLayers: 4, SlidingWindow: 256,
+	BlockSize: 8, MaskToken: demoVocab - 1, TargetLayerIDs: []int{0, 2}, TargetLayers: 4, SlidingWindow: 256,
 	RopeTheta: 1e7, DFlash2: true, ConvKernel: 2, ConvGroup: 16, SelectorRank: 16, SelectorTopK: 8,
 	DType: synth.Float32, Seed: 20261203,
 }
