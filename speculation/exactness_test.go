@@ -375,3 +375,79 @@ func TestOracleIsAlwaysAccepted(t *testing.T) {
 		}
 	})
 }
+
+// markovSelector proposes through a candidate selector: K = 3 candidates per
+// row (its own top-2 tokens and the token after them), scored by a table that
+// prefers the wrong ones part of the time. The proposal is sparse and
+// K-wide while the sampled target is dense: verification then needs the
+// dense-target / sparse-draft residual.
+type markovSelector struct {
+	*markovDraft
+	vocab int
+}
+
+func (d *markovSelector) Select(_, logits, _ *mlx.Array, choose model.ChooseFunc) (tokens, ids, probs *mlx.Array) {
+	n := logits.Dim(1)
+	rows := mlx.Reshape(logits, n, d.vocab)
+	top := mlx.AsType(mlx.Argsort(mlx.Negative(rows), -1), mlx.Int32)
+	cand := mlx.SliceAxis(top, 1, 0, 3)
+	scores := mlx.Multiply(mlx.TakeAlongAxis(rows, cand, 1), mlx.FromFloat32s([]float32{0.5, 1.5, 1}, 1, 3))
+	tokens, probs = choose(cand, scores)
+	return mlx.Reshape(tokens, 1, n), mlx.Reshape(cand, 1, n, 3), mlx.Reshape(probs, 1, n, 3)
+}
+
+func TestSampledSelectorProposalFollowsTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("statistical test: slow in -short mode")
+	}
+	const vocab = 5
+	target, draft := markovPair(13, vocab, 0.3, 1.2)
+	prompt := []int32{1, 4}
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		const requests = 3000
+		caches := newCaches()
+		sel := &markovSelector{markovDraft: &markovDraft{table: draft, blockSize: 8}, vocab: vocab}
+		core := NewCore(Config{Target: &markovTarget{table: target}, TargetCaches: caches[:1],
+			Drafter: NewBlockDrafter(sel, caches[:1], caches[1:], true), SelectorDepth: 3})
+		counts := make([]float64, vocab*vocab)
+		drafted, accepted := 0, 0
+		for i := range requests {
+			s := core.Open(Request{Sampler: sample.New(sample.Options{Temperature: 1, UseSeed: true, Seed: uint64(5000 + i)}, prompt)})
+			seed, pos, err := s.Prefill(context.Background(), prompt)
+			t.NoErr(err)
+			d := s.Decoder(seed, pos)
+			res, err := Run(context.Background(), d, 2, func(int32) error { return nil })
+			t.NoErr(err)
+			d.Close()
+			s.Close()
+			counts[int(res.Tokens[0])*vocab+int(res.Tokens[1])]++
+			drafted += s.Stats().Drafted
+			accepted += s.Stats().Accepted
+			caches[0].(*recordingCache).tokens = nil
+			caches[1].(*recordingCache).tokens = nil
+			mlx.Sweep()
+		}
+		if drafted == 0 || accepted == 0 || accepted == drafted {
+			t.Fatalf("drafted %d, accepted %d: the test must see both acceptances and rejections", drafted, accepted)
+		}
+		p := softmaxRows(target)
+		var chi2 float64
+		cells := 0
+		for a := range vocab {
+			for b := range vocab {
+				e := requests * p[prompt[1]][a] * p[a][b]
+				if e < 1 {
+					continue
+				}
+				o := counts[a*vocab+b]
+				chi2 += (o - e) * (o - e) / e
+				cells++
+			}
+		}
+		crit := chiSquareCritical(float64(cells-1), 3.09)
+		if chi2 > crit {
+			t.Fatalf("chi-square %.1f over %d cells exceeds %.1f (p = 0.001)", chi2, cells, crit)
+		}
+		t.Logf("chi-square %.1f over %d cells (critical %.1f); %d drafted, %d accepted", chi2, cells, crit, drafted, accepted)
+	})
+}
