@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/specula-dev/specula/cache"
@@ -55,6 +57,10 @@ type Engine struct {
 	eos    []int32
 	totals speculation.Stats
 	log    *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error
+
 	// LoadTime is how long Load took.
 	LoadTime time.Duration
 }
@@ -114,13 +120,22 @@ func (e *Engine) loadDraft(plan *manifests.Plan, progress Progress) error {
 	}
 	limit := 0
 	if f, ok := plan.Draft.Instance().(speculation.DrafterFactory); ok {
+		name := plan.Draft.Architecture
+		if plan.Draft.Plugin != "" {
+			name = fmt.Sprintf("%s (plugin %s)", name, plan.Draft.Plugin)
+		}
 		dt, ok := plan.Target.DraftTarget()
 		if !ok {
-			return fmt.Errorf("draft %s needs a target declaring the draft-target capability", plan.Draft.Architecture)
+			return fmt.Errorf("draft %s needs a target declaring the draft-target capability", name)
+		}
+		if p, ok := f.(LoadPreparer); ok {
+			if err := p.PrepareLoad(plan.Target.Dir, plan.Draft.Capabilities); err != nil {
+				return fmt.Errorf("preparing draft %s: %w", name, err)
+			}
 		}
 		d, err := f.NewDrafter(dt, nil)
 		if err != nil {
-			return fmt.Errorf("starting draft %s: %w", plan.Draft.Architecture, err)
+			return fmt.Errorf("starting draft %s: %w", name, err)
 		}
 		e.drafter = d
 		limit = d.Limit()
@@ -140,6 +155,34 @@ func (e *Engine) loadDraft(plan *manifests.Plan, progress Progress) error {
 	}
 	e.controller = speculation.NewController(limit, plan.Speculation.MaxDepth)
 	return nil
+}
+
+// LoadPreparer is implemented by draft instances that need the resolved
+// manifest's facts before NewDrafter (speculation.DrafterFactory): the plugin
+// host's proxy (plugins.Draft), which tells the plugin where the target's
+// token embedding and head live (targetDir, the target checkpoint folder)
+// and whether to propose through a selector (declared, the draft
+// capabilities the manifest declares). The engine calls PrepareLoad right
+// before NewDrafter.
+type LoadPreparer interface {
+	PrepareLoad(targetDir string, declared model.Capabilities) error
+}
+
+// Close releases what the engine holds outside this process: the process
+// serving a plugin draft ends (the drafter is closed, through io.Closer).
+// Programs call it when done with the engine; they also close their plugin
+// host on every exit path (package plugins), which ends any plugin process
+// an engine did not get to own. Close is idempotent: later calls return the
+// first call's result. The engine stays usable: with a plugin draft, requests
+// after Close (and one running during it) decode plainly, with stats reason
+// "plugin-closed"; a built-in draft is unaffected.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		if c, ok := e.drafter.(io.Closer); ok {
+			e.closeErr = c.Close()
+		}
+	})
+	return e.closeErr
 }
 
 // weightLoader is what loadWeights needs of a target or draft.

@@ -142,7 +142,16 @@ func (h *Host) PIDs() []int {
 	return out
 }
 
+// isClosed reports whether Close was called.
+func (h *Host) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
 // Close ends every plugin process the host started and waits for them.
+// Requests still running through its drafters continue by plain decoding,
+// with stats reason FaultClosed (not a fault: nothing is logged).
 func (h *Host) Close() {
 	h.mu.Lock()
 	h.closed = true

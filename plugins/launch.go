@@ -125,6 +125,7 @@ func (h *Host) launch(c *Candidate, sha string) (*process, error) {
 	logger := newHCLogAdapter(h.log, "plugin."+name)
 	cmd := exec.Command(c.Path)
 	cmd.Env = h.childEnv(sockets)
+	ownProcessGroup(cmd)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  sdk.Handshake(),
 		VersionedPlugins: sdk.ClientPlugins(),

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -57,11 +59,18 @@ func (d *Draft) Capabilities() model.Capabilities { return slices.Clone(d.caps) 
 // plugin where the target's token embedding and head live, for a draft that
 // reads them itself), and the draft capabilities the manifest declared (a
 // selector architecture proposes through its selector at the fixed depth
-// only when "selector" is declared). The engine calls it, through an
-// interface assertion, before NewDrafter; without it no target tensors are
-// sent and the architecture's own record decides.
-func (d *Draft) PrepareLoad(targetDir string, declared model.Capabilities) {
+// only when "selector" is declared). The engine calls it (engine.LoadPreparer)
+// before NewDrafter; without it no target tensors are sent and the
+// architecture's own record decides. targetDir must be an absolute folder.
+func (d *Draft) PrepareLoad(targetDir string, declared model.Capabilities) error {
+	if !filepath.IsAbs(targetDir) {
+		return fmt.Errorf("plugin %s: target checkpoint folder %q is not absolute", d.lp.name, targetDir)
+	}
+	if st, err := os.Stat(targetDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("plugin %s: target checkpoint folder %s is not a folder", d.lp.name, targetDir)
+	}
 	d.targetDir, d.declared, d.prepared = targetDir, slices.Clone(declared), true
+	return nil
 }
 
 // NewDrafter loads the draft in a plugin process for target and returns the
@@ -169,7 +178,8 @@ type Drafter struct {
 	mu       sync.Mutex
 	proc     *process // nil once retired, until restarted
 	restarts []time.Time
-	disabled bool
+	disabled bool // restart budget spent, or closed
+	closed   bool
 	requests uint64
 }
 
@@ -268,16 +278,28 @@ func (d *Drafter) Restarts() int {
 	return len(d.restarts)
 }
 
-// Close ends the plugin process serving the draft.
-func (d *Drafter) Close() {
+// Close ends the plugin process serving the draft and waits for it to exit
+// (io.Closer; the engine's Close calls it). Sessions opened afterwards
+// decline every proposal, with stats reason FaultClosed; a session in
+// flight ends the same way, quietly. Close is idempotent and returns nil.
+func (d *Drafter) Close() error {
 	d.mu.Lock()
 	p := d.proc
 	d.proc = nil
-	d.disabled = true
+	d.disabled, d.closed = true, true
 	d.mu.Unlock()
 	if p != nil {
 		d.stopProcess(p)
 	}
+	return nil
+}
+
+// isClosed reports whether Close was called, on the drafter or on its host.
+func (d *Drafter) isClosed() bool {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	return closed || (d.cfg.host != nil && d.cfg.host.isClosed())
 }
 
 func (d *Drafter) stopProcess(p *process) {
@@ -355,6 +377,10 @@ func sameLoad(a, b *draftv1.LoadResponse) bool {
 // start: it declines every proposal and the request decodes plainly.
 func (d *Drafter) Open(s *sample.Sampler) speculation.DraftSession {
 	sess := &session{d: d, sampler: s, seed: sessionSeed(s)}
+	if d.isClosed() {
+		sess.fault = FaultClosed
+		return sess
+	}
 	p, err := d.current()
 	if err != nil {
 		sess.faultf(nil, "Open", FaultCrash, "plugin %s is not running: %v", d.cfg.name, err)

@@ -20,6 +20,9 @@ const (
 	FaultCrash   = "plugin-crash"
 	FaultTimeout = "plugin-timeout"
 	FaultInvalid = "plugin-invalid"
+	// FaultClosed is not a fault of the plugin: its Drafter was closed
+	// (the engine was closed), so requests decode plainly.
+	FaultClosed = "plugin-closed"
 )
 
 // Flushing of deferred reports.
@@ -73,6 +76,13 @@ func (s *session) FaultReason() string { return s.fault }
 // faultf records a fault and logs it once.
 func (s *session) faultf(p *process, call, reason, format string, args ...any) {
 	if s.fault != "" {
+		return
+	}
+	if s.d.isClosed() {
+		// The host closed the drafter under this session: expected, not
+		// logged, nothing to retire.
+		s.fault = FaultClosed
+		s.release()
 		return
 	}
 	s.fault = reason

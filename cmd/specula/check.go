@@ -25,6 +25,7 @@ func init() {
 func runCheck(e *env, args []string) int {
 	fs := newFlags(e, "check", "[--json] MANIFEST")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
+	addPluginDirFlag(fs)
 	rest, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -50,7 +51,7 @@ func runCheck(e *env, args []string) int {
 	if gpu {
 		rep.Device = "gpu"
 	}
-	p, err := manifests.Resolve(context.Background(), m, registry.Default, manifests.Options{GPU: gpu})
+	p, err := manifests.Resolve(context.Background(), m, registry.Default, manifests.Options{GPU: gpu, LoadPlugin: loadPlugin})
 	if err != nil {
 		if errors.Is(err, manifests.ErrWeightsMissing) {
 			// Nothing was resolved, but the manifest decoded: show it.

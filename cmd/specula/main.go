@@ -50,7 +50,15 @@ const (
 
 func main() {
 	setupLogging(os.Stderr, os.Getenv("SPECULA_LOG"))
-	os.Exit(dispatch(&env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
+	os.Exit(runMain(os.Args[1:]))
+}
+
+// runMain dispatches args and then, on every way out (a panic included),
+// ends the plugin processes the command started. (os.Exit skips deferred
+// calls, so main cannot defer it; an interrupt is handled by watchSignals.)
+func runMain(args []string) int {
+	defer closePlugins()
+	return dispatch(&env{stdout: os.Stdout, stderr: os.Stderr}, args)
 }
 
 // setupLogging sends the libraries' structured logs to w at the level named

@@ -10,8 +10,12 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/plugins"
 	"github.com/specula-dev/specula/registry"
 	"github.com/specula-dev/specula/tokenizer"
 )
@@ -44,6 +48,7 @@ func (g *genFlags) register(fs *flag.FlagSet) {
 	fs.Var(&g.seed, "seed", "random seed for reproducible sampling")
 	fs.BoolVar(&g.noDraft, "no-draft", false, "decode plainly, without the draft")
 	fs.Var(&g.stops, "stop", "stop at this `text` (repeatable)")
+	addPluginDirFlag(fs)
 }
 
 func (g *genFlags) request() engine.Request {
@@ -207,8 +212,97 @@ func loadEngine(ctx context.Context, manifest string, bar *progressBar) (*engine
 	return eng, err
 }
 
-// loadPlugin launches plugin drafts; nil until the plugin host is linked in.
-var loadPlugin func(ctx context.Context, name, sha256 string, reg *registry.Registry) error
+// loadPlugin launches the plugin drafts manifests name (engine.Options and
+// manifests.Options LoadPlugin): the process's plugin host's LoadPlugin.
+var loadPlugin = func(ctx context.Context, name, sha256 string, reg *registry.Registry) error {
+	h, err := pluginHost()
+	if err != nil {
+		return err
+	}
+	return h.LoadPlugin(ctx, name, sha256, reg)
+}
+
+// hostState is the plugin host of this process: started by the first
+// manifest that names a plugin, ended by closePlugins.
+var hostState struct {
+	mu     sync.Mutex
+	dirs   []string // --plugin-dir folders, in order
+	host   *plugins.Host
+	closed bool // the program is exiting: no new plugins
+}
+
+// addPluginDirFlag registers --plugin-dir on fs, for commands that resolve
+// manifests (run, bench, check).
+func addPluginDirFlag(fs *flag.FlagSet) {
+	fs.Func("plugin-dir", "search this `folder` for plugin binaries first (repeatable; then $"+plugins.EnvPath+", else ~/.config/specula/plugins)",
+		func(dir string) error {
+			if dir == "" {
+				return errors.New("empty folder")
+			}
+			hostState.mu.Lock()
+			defer hostState.mu.Unlock()
+			hostState.dirs = append(hostState.dirs, dir)
+			return nil
+		})
+}
+
+// pluginHost returns the process's plugin host, starting it (with the
+// --plugin-dir folders first on its search path) and the signal watch that
+// ends its plugins if the program is interrupted.
+func pluginHost() (*plugins.Host, error) {
+	hostState.mu.Lock()
+	defer hostState.mu.Unlock()
+	if hostState.closed {
+		return nil, errors.New("specula is exiting: no plugin can start")
+	}
+	if hostState.host == nil {
+		hostState.host = plugins.NewHost(plugins.Config{Dirs: hostState.dirs, HostVersion: version})
+		go watchSignals()
+	}
+	return hostState.host, nil
+}
+
+// closePlugins ends every plugin process the program started: the host's,
+// gracefully, then any other go-plugin client (plugins.CleanupClients). main
+// calls it on every exit path; it is idempotent.
+func closePlugins() {
+	hostState.mu.Lock()
+	h := hostState.host
+	hostState.host, hostState.closed = nil, true
+	hostState.mu.Unlock()
+	if h != nil {
+		h.Close()
+	}
+	plugins.CleanupClients()
+}
+
+// interruptGrace is how long a command interrupted while plugins run may
+// take to return by itself (run and bench stop at the next round, then main
+// closes the plugins) before the plugins are ended and the program exits.
+const interruptGrace = 3 * time.Second
+
+// watchSignals ends the plugins when the program is interrupted. SIGINT
+// (Ctrl-C) first gives the command interruptGrace to return; a second one,
+// or SIGTERM, ends the plugins and exits at once (status 130 or 143).
+// Plugins run in their own process group, so a terminal's Ctrl-C reaches
+// them only through the host.
+func watchSignals() {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	sig := <-sigs
+	if sig == os.Interrupt {
+		select {
+		case sig = <-sigs:
+		case <-time.After(interruptGrace):
+		}
+	}
+	closePlugins()
+	code := 130 // 128 + SIGINT
+	if sig == syscall.SIGTERM {
+		code = 143
+	}
+	os.Exit(code)
+}
 
 // runOutput is the --json result of specula run.
 type runOutput struct {

@@ -13,9 +13,11 @@
 //	plugin = "dflash"
 //	sha256 = "<the digest in its _SHA256SUM file>"
 //
-// A program that also links arch/dflash registers the built-in under the
-// same name, so the manifest would be refused as ambiguous; use it from a
-// program without the built-in, or rename the architecture here.
+// specula links the built-in DFlashDraftModel too: the plugin's entry is
+// registered beside it under its plugin-qualified name (registry.LookupPlugin),
+// so a manifest naming plugin = "dflash" gets the out-of-process draft and
+// one without plugin gets the built-in. Its test checks that both produce
+// the same tokens and acceptance.
 package main
 
 import (
