@@ -78,7 +78,9 @@ func socketDir() (string, error) {
 // passedEnv lists the host variables a plugin inherits (go-plugin's
 // SkipHostEnv is set; the child gets only these, the cookie and ours).
 var passedEnv = []string{"PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH",
-	"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "SPECULA_DEVICE"}
+	"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "SPECULA_DEVICE",
+	// The CPU BLAS the plugin's MLX uses, and its threads.
+	"SPECULA_BLAS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}
 
 // childEnv is the explicit environment of a plugin process.
 func (h *Host) childEnv(sockets string) []string {

@@ -131,7 +131,7 @@ type reference struct {
 	PromptIDs []int32 `json:"prompt_ids"`
 }
 
-func loadReference(t *testing.T) reference {
+func loadReference(t testing.TB) reference {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(fixtures.Dir(t, "qwen35-tiny"), "reference.json"))
 	if err != nil {
@@ -147,7 +147,7 @@ func loadReference(t *testing.T) reference {
 // writeManifest writes a greedy manifest over the fixture target; draft ""
 // has no draft, otherwise the fixture DFlash draft is added with draft's
 // extra [draft] keys.
-func writeManifest(t *testing.T, draft string) string {
+func writeManifest(t testing.TB, draft string) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "schema = 1\nname = \"dflash-plugin\"\n[target]\npath = %q\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n",
