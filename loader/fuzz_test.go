@@ -103,8 +103,17 @@ func verifyAccepted(t *testing.T, data []byte, l *layout) {
 		if !ok {
 			t.Fatalf("tensor %q is not a header key", ti.Name)
 		}
-		if err := json.Unmarshal(raw, &e); err != nil {
+		// Decode the exact keys: encoding/json matches struct fields
+		// case-insensitively, but the format's keys are case-sensitive (an
+		// entry may also carry an unknown "dtYpE", which readers ignore).
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &fields); err != nil {
 			t.Fatalf("tensor %q entry %s: %v", ti.Name, raw, err)
+		}
+		for key, dst := range map[string]any{"dtype": &e.DType, "shape": &e.Shape, "data_offsets": &e.Offsets} {
+			if err := json.Unmarshal(fields[key], dst); err != nil {
+				t.Fatalf("tensor %q entry %s: %s: %v", ti.Name, raw, key, err)
+			}
 		}
 		if e.DType != ti.DType.String() || !slices.Equal(e.Shape, ti.Shape) || len(e.Offsets) != 2 ||
 			ti.Offset != base+int64(e.Offsets[0]) || ti.Size != int64(e.Offsets[1]-e.Offsets[0]) {
