@@ -62,6 +62,7 @@ func Build(t testing.TB, pkg string) *Binary {
 		t.Fatal(err)
 	}
 	tmp := filepath.Join(t.TempDir(), "plugin")
+	touchSources(pkg)
 	gobin, err := goTool()
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +98,16 @@ func Build(t testing.TB, pkg string) *Binary {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// touchSources reads the Go files of pkg when it is a folder, so that go
+// test's result cache (which records the files a test opens, not those its
+// child processes read) is invalidated when the plugin's own source changes.
+func touchSources(pkg string) {
+	files, _ := filepath.Glob(filepath.Join(pkg, "*.go"))
+	for _, f := range files {
+		_, _ = os.ReadFile(f)
+	}
 }
 
 // goTool finds the go command of the toolchain running the test.
