@@ -223,7 +223,8 @@ var loadPlugin = func(ctx context.Context, name, sha256 string, reg *registry.Re
 }
 
 // hostState is the plugin host of this process: started by the first
-// manifest that names a plugin, ended by closePlugins.
+// manifest that names a plugin (with the --plugin-dir folders parsed by
+// then: a process runs one command), ended by closePlugins.
 var hostState struct {
 	mu     sync.Mutex
 	dirs   []string // --plugin-dir folders, in order
@@ -256,8 +257,11 @@ func pluginHost() (*plugins.Host, error) {
 		return nil, errors.New("specula is exiting: no plugin can start")
 	}
 	if hostState.host == nil {
+		// Watch before the first plugin starts, so none escapes a signal.
+		sigs := make(chan os.Signal, 2)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		go watchSignals(sigs)
 		hostState.host = plugins.NewHost(plugins.Config{Dirs: hostState.dirs, HostVersion: version})
-		go watchSignals()
 	}
 	return hostState.host, nil
 }
@@ -281,14 +285,12 @@ func closePlugins() {
 // closes the plugins) before the plugins are ended and the program exits.
 const interruptGrace = 3 * time.Second
 
-// watchSignals ends the plugins when the program is interrupted. SIGINT
-// (Ctrl-C) first gives the command interruptGrace to return; a second one,
-// or SIGTERM, ends the plugins and exits at once (status 130 or 143).
-// Plugins run in their own process group, so a terminal's Ctrl-C reaches
-// them only through the host.
-func watchSignals() {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+// watchSignals ends the plugins when the program is interrupted (sigs
+// receives SIGINT and SIGTERM). SIGINT (Ctrl-C) first gives the command
+// interruptGrace to return; a second one, or SIGTERM, ends the plugins and
+// exits at once (status 130 or 143). Plugins run in their own process group,
+// so a terminal's Ctrl-C reaches them only through the host.
+func watchSignals(sigs <-chan os.Signal) {
 	sig := <-sigs
 	if sig == os.Interrupt {
 		select {
