@@ -26,7 +26,8 @@ type Request struct {
 	// MaxTokens bounds the generated tokens (0: default).
 	MaxTokens int
 	// Temperature, TopK, TopP, MinP, penalties and seed override the
-	// manifest's defaults when set (non-nil).
+	// manifest's defaults when set (non-nil). A seeded sampled request runs
+	// at a fixed draft depth, so the same seed reproduces the same tokens.
 	Temperature *float32
 	TopK        *int
 	TopP        *float32
@@ -129,6 +130,13 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	var text strings.Builder
 	var firstAt, lastAt time.Time
 	err := mlx.Do(ctx, func() error {
+		if opts.UseSeed && opts.Temperature > 0 && req.FixedDepth == 0 && req.Drafter == nil {
+			// The adaptive controller picks depths from wall-clock costs, and
+			// each depth consumes random keys differently: a seeded sampled
+			// request runs at a fixed depth so the same seed gives the same
+			// tokens. (Greedy output never depends on the depth.)
+			req.FixedDepth = e.seededDepth()
+		}
 		core, free := e.newCore(eos, req)
 		defer func() {
 			free()
