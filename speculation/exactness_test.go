@@ -298,27 +298,37 @@ func TestSampledSpeculativeFollowsTarget(t *testing.T) {
 		if drafted == 0 {
 			t.Fatalf("no draft was proposed; the test would not exercise acceptance")
 		}
-		p := softmaxRows(target)
-		var chi2 float64
-		cells := 0
-		for a := range vocab {
-			for b := range vocab {
-				e := requests * p[prompt[1]][a] * p[a][b]
-				if e < 1 {
-					continue
-				}
-				o := counts[a*vocab+b]
-				chi2 += (o - e) * (o - e) / e
-				cells++
-			}
-		}
-		// Critical value of chi-square at p = 0.001 via Wilson–Hilferty.
-		crit := chiSquareCritical(float64(cells-1), 3.09)
-		if chi2 > crit {
-			t.Fatalf("chi-square %.1f over %d cells exceeds %.1f (p = 0.001)", chi2, cells, crit)
-		}
-		t.Logf("chi-square %.1f over %d cells (critical %.1f), %d drafted", chi2, cells, crit, drafted)
+		chiSquareJoint(t, target, prompt[1], counts, requests)
+		t.Logf("%d drafted", drafted)
 	})
+}
+
+// chiSquareJoint tests counts[a·V+b] of the first two emitted tokens after
+// last against the Markov target's exact joint p(a | last)·p(b | a), at
+// p = 0.001, over the cells expecting at least one draw.
+func chiSquareJoint(t *mlxtest.T, target [][]float32, last int32, counts []float64, requests int) {
+	t.Helper()
+	p := softmaxRows(target)
+	vocab := len(target)
+	var chi2 float64
+	cells := 0
+	for a := range vocab {
+		for b := range vocab {
+			e := float64(requests) * p[last][a] * p[a][b]
+			if e < 1 {
+				continue
+			}
+			o := counts[a*vocab+b]
+			chi2 += (o - e) * (o - e) / e
+			cells++
+		}
+	}
+	// Critical value of chi-square at p = 0.001 via Wilson–Hilferty.
+	crit := chiSquareCritical(float64(cells-1), 3.09)
+	if chi2 > crit {
+		t.Fatalf("chi-square %.1f over %d cells exceeds %.1f (p = 0.001)", chi2, cells, crit)
+	}
+	t.Logf("chi-square %.1f over %d cells (critical %.1f)", chi2, cells, crit)
 }
 
 func softmaxRows(table [][]float32) [][]float64 {
@@ -430,24 +440,7 @@ func TestSampledSelectorProposalFollowsTarget(t *testing.T) {
 		if drafted == 0 || accepted == 0 || accepted == drafted {
 			t.Fatalf("drafted %d, accepted %d: the test must see both acceptances and rejections", drafted, accepted)
 		}
-		p := softmaxRows(target)
-		var chi2 float64
-		cells := 0
-		for a := range vocab {
-			for b := range vocab {
-				e := requests * p[prompt[1]][a] * p[a][b]
-				if e < 1 {
-					continue
-				}
-				o := counts[a*vocab+b]
-				chi2 += (o - e) * (o - e) / e
-				cells++
-			}
-		}
-		crit := chiSquareCritical(float64(cells-1), 3.09)
-		if chi2 > crit {
-			t.Fatalf("chi-square %.1f over %d cells exceeds %.1f (p = 0.001)", chi2, cells, crit)
-		}
-		t.Logf("chi-square %.1f over %d cells (critical %.1f); %d drafted, %d accepted", chi2, cells, crit, drafted, accepted)
+		chiSquareJoint(t, target, prompt[1], counts, requests)
+		t.Logf("%d drafted, %d accepted", drafted, accepted)
 	})
 }

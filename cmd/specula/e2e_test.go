@@ -39,13 +39,19 @@ func specula(t *testing.T) string {
 	return binPath
 }
 
-// exec runs the binary and returns stdout, stderr and the exit code.
+// execSpecula runs the binary and returns stdout, stderr and the exit code.
 func execSpecula(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(specula(t), args...)
+	cmd.Env = append(os.Environ(), "SPECULA_LOG=warn")
+	return runCommand(t, cmd)
+}
+
+// runCommand runs cmd and returns stdout, stderr and the exit code.
+func runCommand(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "SPECULA_LOG=warn")
 	err := cmd.Run()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,32 +23,6 @@ import (
 // check launch the plugin a manifest names (from --plugin-dir or
 // $SPECULA_PLUGIN_PATH), and no plugin process outlives specula, whether
 // it exits normally, on Ctrl-C or on SIGTERM.
-
-var pluginE2E struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
-// pluginE2EBinary builds specula once per test run.
-func pluginE2EBinary(t *testing.T) string {
-	t.Helper()
-	pluginE2E.once.Do(func() {
-		dir, err := os.MkdirTemp("", "specula-plugins-e2e-")
-		if err != nil {
-			pluginE2E.err = err
-			return
-		}
-		pluginE2E.bin = filepath.Join(dir, "specula")
-		if out, err := exec.Command("go", "build", "-o", pluginE2E.bin, ".").CombinedOutput(); err != nil {
-			pluginE2E.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if pluginE2E.err != nil {
-		t.Fatal(pluginE2E.err)
-	}
-	return pluginE2E.bin
-}
 
 // pluginSetup builds the dflash example plugin into a plugin folder and
 // writes a greedy manifest over the fixture pair that names it.
@@ -75,24 +48,14 @@ max_tokens = 32
 	if err := os.WriteFile(manifest, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(fixtures.Dir(t, "qwen35-tiny"), "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref struct {
-		PromptIDs []int32 `json:"prompt_ids"`
-		GreedyIDs []int32 `json:"greedy_ids"`
-	}
-	if err := json.Unmarshal(b, &ref); err != nil {
-		t.Fatal(err)
-	}
-	return bin, manifest, ref.PromptIDs, ref.GreedyIDs
+	prompt, greedy = fixturePrompt(t)
+	return bin, manifest, prompt, greedy
 }
 
 // pluginCommand prepares specula with args, an empty plugin search path
 // unless env sets one, and the default log level.
 func pluginCommand(t *testing.T, env []string, args ...string) *exec.Cmd {
-	cmd := exec.Command(pluginE2EBinary(t), args...)
+	cmd := exec.Command(specula(t), args...)
 	cmd.Env = append(os.Environ(), "SPECULA_LOG=warn", plugins.EnvPath+"="+t.TempDir())
 	cmd.Env = append(cmd.Env, env...)
 	return cmd
@@ -101,17 +64,7 @@ func pluginCommand(t *testing.T, env []string, args ...string) *exec.Cmd {
 // runPluginCommand runs specula and returns stdout, stderr and the exit code.
 func runPluginCommand(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := pluginCommand(t, env, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), code
+	return runCommand(t, pluginCommand(t, env, args...))
 }
 
 // noPluginLeft fails the test if a process of the plugin binary runs.
@@ -124,7 +77,7 @@ func noPluginLeft(t *testing.T, bin *plugintest.Binary) {
 
 func TestE2EPluginCommands(t *testing.T) {
 	bin, manifest, prompt, greedy := pluginSetup(t)
-	ids := joinPluginIDs(prompt)
+	ids := joinIDs(prompt)
 	t.Run("run", func(t *testing.T) {
 		stdout, stderr, code := runPluginCommand(t, nil, "run", "-m", manifest, "--plugin-dir", bin.Dir, "--ids", ids, "--json", "--quiet")
 		if code != 0 {
@@ -191,7 +144,7 @@ func TestE2EPluginInterrupted(t *testing.T) {
 		{syscall.SIGTERM, 143},
 	} {
 		t.Run(c.sig.String(), func(t *testing.T) {
-			cmd := pluginCommand(t, nil, "run", "-m", manifest, "--plugin-dir", bin.Dir, "--ids", joinPluginIDs(prompt), "--max-tokens", "1000000")
+			cmd := pluginCommand(t, nil, "run", "-m", manifest, "--plugin-dir", bin.Dir, "--ids", joinIDs(prompt), "--max-tokens", "1000000")
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -242,12 +195,4 @@ func TestE2EPluginInterrupted(t *testing.T) {
 			}
 		})
 	}
-}
-
-func joinPluginIDs(ids []int32) string {
-	s := make([]string, len(ids))
-	for i, id := range ids {
-		s[i] = fmt.Sprint(id)
-	}
-	return strings.Join(s, ",")
 }
