@@ -29,6 +29,12 @@ type Array struct {
 	shape []int
 	dtype DType
 	known bool
+
+	// t is the cached transposed view used by Linear (owned by a: released
+	// with it). Weights are transposed once instead of once per use.
+	t *Array
+	// shared marks worker-wide constants (cached scalars): never freed.
+	shared bool
 }
 
 // wrap registers a freshly created C handle in the current scope.
@@ -261,9 +267,36 @@ func FromBools(v []bool, shape ...int) *Array {
 	return FromBytes(b, Bool, shape...)
 }
 
+// scalarKey identifies a cached scalar constant.
+type scalarKey struct {
+	v     float64
+	dtype DType
+}
+
+// scalars caches Scalar results (worker-owned): models use a handful of
+// constants (0, 1, eps, scales) in every layer of every step, and each would
+// otherwise be a new graph node.
+var scalars = map[scalarKey]*Array{}
+
 // Scalar returns a rank-0 array holding v converted to dtype. Use the dtype
-// of the operand it meets: MLX promotes bfloat16 ⊕ float32 to float32.
+// of the operand it meets: MLX promotes bfloat16 ⊕ float32 to float32. The
+// array is a shared constant: Free and Unpin leave it alone.
 func Scalar(v float64, dtype DType) *Array {
+	mustWorker()
+	key := scalarKey{v, dtype}
+	if a, ok := scalars[key]; ok && a.Valid() {
+		return a
+	}
+	a := newScalar(v, dtype)
+	if a.Valid() {
+		// Own it outside every scope.
+		a.scope, a.pins, a.shared = nil, 1, true
+		scalars[key] = a
+	}
+	return a
+}
+
+func newScalar(v float64, dtype DType) *Array {
 	var out C.spx_array
 	var rc C.int
 	if dtype.IsFloat() {

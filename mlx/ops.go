@@ -216,8 +216,28 @@ func Silu(a *Array) *Array { return Multiply(a, Sigmoid(a)) }
 // Softplus returns log(1 + e^a) = logaddexp(a, 0).
 func Softplus(a *Array) *Array { return LogAddExp(a, Scalar(0, dtypeOr(a, Float32))) }
 
-// Linear returns x · wᵀ for a weight stored [out, in].
-func Linear(x, w *Array) *Array { return Matmul(x, SwapAxes(w, -1, -2)) }
+// Linear returns x · wᵀ for a weight stored [out, in]. The transposed view
+// of w is made once and kept with w (a view, not a copy), so a model's
+// weights cost one graph node per use instead of two.
+func Linear(x, w *Array) *Array { return Matmul(x, w.transposed()) }
+
+// transposed returns the cached view of a with its last two axes swapped.
+func (a *Array) transposed() *Array {
+	must(a).checkLive()
+	if !a.Valid() {
+		return empty()
+	}
+	if a.t == nil || !a.t.Valid() {
+		t := SwapAxes(a, -1, -2)
+		if !t.Valid() {
+			return t
+		}
+		// Owned by a, outside every scope: released together with a.
+		t.scope, t.pins = nil, 1
+		a.t = t
+	}
+	return a.t
+}
 
 // AddScalar returns a + v with v in a's dtype.
 func AddScalar(a *Array, v float64) *Array { return Add(a, Scalar(v, dtypeOr(a, Float32))) }

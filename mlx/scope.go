@@ -95,7 +95,7 @@ func Pin(arrays ...*Array) {
 func Unpin(arrays ...*Array) {
 	mustWorker()
 	for _, a := range arrays {
-		if a == nil || a.freed {
+		if a == nil || a.freed || a.shared {
 			continue
 		}
 		if a.pins == 0 {
@@ -113,7 +113,7 @@ func Unpin(arrays ...*Array) {
 func Free(arrays ...*Array) {
 	mustWorker()
 	for _, a := range arrays {
-		if a == nil || a.freed {
+		if a == nil || a.freed || a.shared {
 			continue
 		}
 		a.pins = 0
@@ -124,6 +124,10 @@ func Free(arrays ...*Array) {
 
 // release frees the C handle of a live array and marks it freed.
 func (a *Array) release() {
+	if a.t != nil {
+		a.t.release()
+		a.t = nil
+	}
 	if a.c.ctx != nil {
 		C.spx_array_free(a.c)
 		a.c.ctx = nil

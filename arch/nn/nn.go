@@ -12,6 +12,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/specula-dev/specula/cache"
 	"github.com/specula-dev/specula/mlx"
@@ -40,10 +41,14 @@ func GatedRMSNorm(x, gate, w *mlx.Array, eps float32) *mlx.Array {
 }
 
 // L2Norm returns x · rsqrt(Σ x² + eps) over the last axis, in x's dtype
-// (the form of Hugging Face's l2norm, used on linear-attention q and k).
-func L2Norm(x *mlx.Array, eps float32) *mlx.Array {
-	ss := mlx.Sum(mlx.Square(x), true, -1)
-	return mlx.Multiply(x, mlx.Rsqrt(mlx.AddScalar(ss, float64(eps))))
+// (the form of Hugging Face's l2norm, used on linear-attention q and k),
+// times scale. It runs as MLX's fused RMSNorm: with D features,
+// rms_norm(x, eps/D) = x · rsqrt(Σ x²/D + eps/D) = √D · l2(x), so
+// l2(x)·scale = rms_norm(x, eps/D) · scale/√D — two graph nodes instead of
+// five, the same value.
+func L2Norm(x *mlx.Array, eps float32, scale float64) *mlx.Array {
+	d := float64(x.Dim(-1))
+	return mlx.MultiplyScalar(mlx.RMSNorm(x, nil, eps/float32(d)), scale/math.Sqrt(d))
 }
 
 // SwiGLU returns down(silu(gate(x)) ⊙ up(x)), the dense MLP of Llama-style

@@ -57,7 +57,13 @@ func TestNorms(t *testing.T) {
 			t.Fatalf("GatedRMSNorm returns %s, want float32", g.DType())
 		}
 		near(t, "GatedRMSNorm", t.Float32s(nn.GatedRMSNorm(X, Z, W, eps)), gated, 1e-5)
-		near(t, "L2Norm", t.Float32s(nn.L2Norm(X, eps)), l2, 1e-5)
+		near(t, "L2Norm", t.Float32s(nn.L2Norm(X, eps, 1)), l2, 1e-5)
+		// With a scale (q's Dk^-0.5): the reference times 0.25.
+		scaled := make([]float64, len(l2))
+		for i, v := range l2 {
+			scaled[i] = 0.25 * v
+		}
+		near(t, "L2Norm scaled", t.Float32s(nn.L2Norm(X, eps, 0.25)), scaled, 1e-5)
 	})
 }
 

@@ -26,7 +26,7 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	beta := mlx.Sigmoid(mlx.AsType(mlx.Linear(x, g.inB), mlx.Float32)) // [1, L, Hv]
 	a := mlx.AsType(mlx.Linear(x, g.inA), mlx.Float32)
 	// Log-decay g = −exp(A_log)·softplus(a + dt_bias) ≤ 0; decay α = e^g.
-	alpha := mlx.Exp(mlx.Multiply(mlx.Negative(mlx.Exp(g.aLog)), mlx.Softplus(mlx.Add(a, g.dtBias))))
+	alpha := mlx.Exp(mlx.Multiply(g.negA, mlx.Softplus(mlx.Add(a, g.dtBias))))
 
 	// Causal depthwise convolution over [tail; rows]: the tail holds the
 	// previous Kc−1 pre-convolution rows, and row t of the output reads
@@ -37,8 +37,8 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 
 	qkv := mlx.Split(conv, -1, cfg.KeyDim(), 2*cfg.KeyDim())
 	scale := 1 / math.Sqrt(float64(dk))
-	q := mlx.MultiplyScalar(nn.L2Norm(toF32(mlx.Reshape(qkv[0], 1, L, hk, dk)), l2Eps), scale)
-	k := nn.L2Norm(toF32(mlx.Reshape(qkv[1], 1, L, hk, dk)), l2Eps)
+	q := nn.L2Norm(toF32(mlx.Reshape(qkv[0], 1, L, hk, dk)), l2Eps, scale)
+	k := nn.L2Norm(toF32(mlx.Reshape(qkv[1], 1, L, hk, dk)), l2Eps, 1)
 	v := toF32(mlx.Reshape(qkv[2], 1, L, hv, dv))
 
 	bounds := append(slices.Clone(splits), L)

@@ -61,7 +61,8 @@ type attentionWeights struct {
 type deltaWeights struct {
 	inQKV, inZ, inB, inA *mlx.Array // [convDim, H], [valueDim, H], [Hv, H] ×2
 	conv                 *mlx.Array // [convDim, Kc, 1], MLX's depthwise conv1d layout
-	dtBias, aLog         *mlx.Array // [Hv] float32
+	dtBias               *mlx.Array // [Hv] float32
+	negA                 *mlx.Array // [Hv] float32: −exp(A_log)
 	norm                 *mlx.Array // [Dv] float32, plain w (gated norm)
 	out                  *mlx.Array // [H, valueDim]
 }
@@ -356,10 +357,20 @@ func bindDeltaNet(b *binder, cfg *Config, p string) *deltaWeights {
 		inA:    b.weight(p+"in_proj_a.weight", "linear_num_value_heads × hidden_size", hv, H),
 		conv:   b.conv(p+"conv1d.weight", cfg.ConvDim(), cfg.ConvKernel),
 		dtBias: b.float32(p+"dt_bias", "linear_num_value_heads", hv),
-		aLog:   b.float32(p+"A_log", "linear_num_value_heads", hv),
+		// The decay rate −exp(A_log) is a constant: fold it once at load.
+		negA: b.negExp(b.float32(p+"A_log", "linear_num_value_heads", hv)),
 		norm:   b.float32(p+"norm.weight", "gated RMSNorm over linear_value_head_dim", cfg.LinearValueDim),
 		out:    b.weight(p+"out_proj.weight", "hidden_size × Hv·Dv", H, cfg.ValueDim()),
 	}
+}
+
+// negExp folds the delta-net decay rate −exp(A_log), a constant, once at
+// load (nil when A_log is missing: the binder has recorded why).
+func (b *binder) negExp(aLog *mlx.Array) *mlx.Array {
+	if aLog == nil {
+		return nil
+	}
+	return b.keep(mlx.Negative(mlx.Exp(aLog)))
 }
 
 // sortedNames lists the names of tensors not in used, sorted.
