@@ -359,8 +359,8 @@ func bindDeltaNet(b *binder, cfg *Config, p string) *deltaWeights {
 		dtBias: b.float32(p+"dt_bias", "linear_num_value_heads", hv),
 		// The decay rate −exp(A_log) is a constant: fold it once at load.
 		negA: b.negExp(b.float32(p+"A_log", "linear_num_value_heads", hv)),
-		norm:   b.float32(p+"norm.weight", "gated RMSNorm over linear_value_head_dim", cfg.LinearValueDim),
-		out:    b.weight(p+"out_proj.weight", "hidden_size × Hv·Dv", H, cfg.ValueDim()),
+		norm: b.float32(p+"norm.weight", "gated RMSNorm over linear_value_head_dim", cfg.LinearValueDim),
+		out:  b.weight(p+"out_proj.weight", "hidden_size × Hv·Dv", H, cfg.ValueDim()),
 	}
 }
 
