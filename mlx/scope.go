@@ -46,8 +46,10 @@ func register(a *Array) {
 }
 
 // sweep frees the unpinned arrays of s and forgets the pinned ones (they are
-// owned by their pins until unpinned).
+// owned by their pins until unpinned). The handles go to C in one call: a
+// decode step makes thousands.
 func (s *scope) sweep() {
+	batch := freeBatch[:0]
 	for _, a := range s.arrays {
 		if a.scope != s {
 			continue // freed, or pinned and released to another scope since
@@ -56,10 +58,33 @@ func (s *scope) sweep() {
 		if a.pins > 0 {
 			continue
 		}
-		a.release()
+		batch = a.collect(batch)
 	}
+	if len(batch) > 0 {
+		C.spx_array_free_many(&batch[0], C.size_t(len(batch)))
+	}
+	freeBatch = batch[:0]
 	clear(s.arrays)
 	s.arrays = s.arrays[:0]
+}
+
+// freeBatch is the reused buffer of handles a sweep frees (worker-owned).
+var freeBatch []C.spx_array
+
+// collect marks a (and its owned transposed view) freed and appends the C
+// handles to batch.
+func (a *Array) collect(batch []C.spx_array) []C.spx_array {
+	if a.t != nil {
+		batch = a.t.collect(batch)
+		a.t = nil
+	}
+	if a.c.ctx != nil {
+		batch = append(batch, a.c)
+		a.c.ctx = nil
+	}
+	a.freed = true
+	liveArrays--
+	return batch
 }
 
 // Scope runs fn in a nested scope: arrays fn creates and does not pin are

@@ -250,6 +250,14 @@ int spx_array_free(spx_array a) {
   SPX_CATCH
 }
 
+int spx_array_free_many(const spx_array* a, size_t n) {
+  SPX_TRY
+  for (size_t i = 0; i < n; i++) {
+    delete static_cast<mx::array*>(a[i].ctx);
+  }
+  SPX_CATCH
+}
+
 int spx_array_from_data(spx_array* out, const void* data, size_t nbytes,
                         const int* shape, int ndim, int dtype) {
   SPX_TRY

@@ -152,6 +152,8 @@ int spx_memory_set_cache_limit(size_t* previous, size_t limit);
 /* ---- arrays ----------------------------------------------------------- */
 
 int spx_array_free(spx_array a);
+/* Frees n handles in one call (a sweep frees thousands per decode step). */
+int spx_array_free_many(const spx_array* a, size_t n);
 /* Copies nbytes of host data (row-major, little-endian) into a new array. */
 int spx_array_from_data(spx_array* out, const void* data, size_t nbytes,
                         const int* shape, int ndim, int dtype);
