@@ -112,7 +112,7 @@ func (c *KV) PrepareSnapshots(offsets []int) {
 // reference to live rows.
 func (c *KV) captureDue(lo, hi int) {
 	for _, i := range c.sched.due(lo, hi) {
-		s := &kvSnapshot{cache: c, offset: c.sched.offsets[i]}
+		s := &kvSnapshot{cache: c, copies: copies{offset: c.sched.offsets[i]}}
 		c.lazy = append(c.lazy, s)
 		c.sched.snaps[i] = s
 	}
@@ -192,26 +192,12 @@ func (c *KV) forget(s *kvSnapshot) {
 // kvSnapshot is a KV cache's state at one offset: rows [0, offset). While k
 // is nil it is lazy and names the cache's live rows.
 type kvSnapshot struct {
-	cache  *KV
-	offset int
-	k, v   *mlx.Array // pinned copies once copied out
-	closed bool
+	cache *KV
+	copies
 }
 
-func (s *kvSnapshot) Offset() int { return s.offset }
-
-// Size is 0 while the snapshot is lazy, else the bytes of its copies.
-func (s *kvSnapshot) Size() int64 { return nbytes(s.k, s.v) }
-
 func (s *kvSnapshot) Close() {
-	if s.closed {
-		return
-	}
-	s.closed = true
-	if s.k == nil {
+	if s.release() {
 		s.cache.forget(s)
-		return
 	}
-	mlx.Unpin(s.k, s.v)
-	s.k, s.v = nil, nil
 }

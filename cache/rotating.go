@@ -107,7 +107,7 @@ func (c *Rotating) Update(k, v *mlx.Array) (kHist, vHist *mlx.Array, slots []int
 		// Interior or end of a batched write: the buffer is in time order,
 		// so the window ending at o is a plain range of rows.
 		rows := min(o, c.window)
-		s := &rotSnapshot{cache: c, offset: o, rows: rows, row: o - rows - (c.offset - c.used)}
+		s := &rotSnapshot{cache: c, copies: copies{offset: o}, rows: rows, row: o - rows - (c.offset - c.used)}
 		c.lazy = append(c.lazy, s)
 		c.sched.snaps[i] = s
 	}
@@ -196,7 +196,7 @@ func (c *Rotating) setBuffers(k, v *mlx.Array) {
 // min(Offset, W) slots, in time order.
 func (c *Rotating) cloneWindow() *rotSnapshot {
 	rows := min(c.offset, c.window)
-	s := &rotSnapshot{cache: c, offset: c.offset, rows: rows}
+	s := &rotSnapshot{cache: c, copies: copies{offset: c.offset}, rows: rows}
 	if rows > 0 {
 		k, v := c.linear()
 		s.k = clone(mlx.SliceAxis(k, 2, c.used-rows, c.used))
@@ -299,27 +299,13 @@ func (c *Rotating) forget(s *rotSnapshot) {
 // [row, row+rows) of the cache's ordered buffer.
 type rotSnapshot struct {
 	cache  *Rotating
-	offset int
 	rows   int
 	row    int
-	k, v   *mlx.Array // pinned copies [B, H, rows, D] once copied out
-	closed bool
+	copies // k, v: pinned copies [B, H, rows, D] once copied out
 }
 
-func (s *rotSnapshot) Offset() int { return s.offset }
-
-// Size is 0 while the snapshot is lazy, else the bytes of its copies.
-func (s *rotSnapshot) Size() int64 { return nbytes(s.k, s.v) }
-
 func (s *rotSnapshot) Close() {
-	if s.closed {
-		return
-	}
-	s.closed = true
-	if s.k == nil {
+	if s.release() {
 		s.cache.forget(s)
-		return
 	}
-	mlx.Unpin(s.k, s.v)
-	s.k, s.v = nil, nil
 }

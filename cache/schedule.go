@@ -92,3 +92,33 @@ func nbytes(arrays ...*mlx.Array) int64 {
 
 // roundUp rounds n up to a multiple of step.
 func roundUp(n, step int) int { return (n + step - 1) / step * step }
+
+// copies is what the KV and rotating snapshots share: the offset they restore
+// to and the pinned K/V copies they hold once copied out of live storage
+// (nil while the snapshot is still a lazy reference to live rows).
+type copies struct {
+	offset int
+	k, v   *mlx.Array
+	closed bool
+}
+
+// Offset is the slot count the snapshot restores to.
+func (s *copies) Offset() int { return s.offset }
+
+// Size is 0 while the snapshot is lazy, else the bytes of its copies.
+func (s *copies) Size() int64 { return nbytes(s.k, s.v) }
+
+// release closes the copies once and reports whether the snapshot was still
+// lazy, so the cache must stop tracking it.
+func (s *copies) release() (wasLazy bool) {
+	if s.closed {
+		return false
+	}
+	s.closed = true
+	if s.k == nil {
+		return true
+	}
+	mlx.Unpin(s.k, s.v)
+	s.k, s.v = nil, nil
+	return false
+}
