@@ -62,22 +62,12 @@ func loadTiny(t testing.TB) *tinyFixture {
 
 // tensors loads the checkpoint's tensors (lazy).
 func (f *tinyFixture) tensors(t *mlxtest.T) map[string]*mlx.Array {
-	t.Helper()
-	m, err := mlx.LoadSafetensors(filepath.Join(f.dir, "model.safetensors"))
-	t.NoErr(err)
-	return m
+	return fixtures.Arrays(t, f.dir, "model.safetensors")
 }
 
 // refTensor returns one tensor of reference.safetensors as float32.
 func (f *tinyFixture) refTensor(t *mlxtest.T, name string) *mlx.Array {
-	t.Helper()
-	m, err := mlx.LoadSafetensors(filepath.Join(f.dir, "reference.safetensors"))
-	t.NoErr(err)
-	a, ok := m[name]
-	if !ok {
-		t.Fatalf("reference.safetensors has no %s", name)
-	}
-	return mlx.AsType(a, mlx.Float32)
+	return fixtures.Reference(t, f.dir, name)
 }
 
 // model builds the fixture's model in float32 through the registry, as a

@@ -82,22 +82,12 @@ func Load(t testing.TB, name string) *Fixture {
 
 // Tensors loads the draft checkpoint's tensors (lazy).
 func (f *Fixture) Tensors(t *mlxtest.T) map[string]*mlx.Array {
-	t.Helper()
-	m, err := mlx.LoadSafetensors(filepath.Join(f.Dir, "model.safetensors"))
-	t.NoErr(err)
-	return m
+	return fixtures.Arrays(t, f.Dir, "model.safetensors")
 }
 
-// Ref returns one tensor of reference.safetensors as float32 (ids too).
+// RefTensor returns one tensor of reference.safetensors as float32 (ids too).
 func (f *Fixture) RefTensor(t *mlxtest.T, name string) *mlx.Array {
-	t.Helper()
-	m, err := mlx.LoadSafetensors(filepath.Join(f.Dir, "reference.safetensors"))
-	t.NoErr(err)
-	a, ok := m[name]
-	if !ok {
-		t.Fatalf("reference.safetensors of %s has no %s", filepath.Base(f.Dir), name)
-	}
-	return mlx.AsType(a, mlx.Float32)
+	return fixtures.Reference(t, f.Dir, name)
 }
 
 // RefInts returns one integer tensor of reference.safetensors.
