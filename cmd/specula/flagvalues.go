@@ -1,29 +1,30 @@
 package main
 
 import (
-	"bufio"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// optFloat, optInt and optUint are flags that remember whether they were set,
-// so an unset flag leaves the manifest's default in place.
-type optFloat struct {
-	v   float64
-	set bool
+// opt is a flag that remembers whether it was set, so an unset flag leaves
+// the manifest's default in place. parse reads the flag's text.
+type opt[T any] struct {
+	v     T
+	set   bool
+	parse func(string) (T, error)
 }
 
-func (o *optFloat) String() string {
+func (o *opt[T]) String() string {
 	if !o.set {
 		return ""
 	}
-	return strconv.FormatFloat(o.v, 'g', -1, 64)
+	return fmt.Sprint(o.v)
 }
 
-func (o *optFloat) Set(s string) error {
-	v, err := strconv.ParseFloat(s, 64)
+func (o *opt[T]) Set(s string) error {
+	v, err := o.parse(s)
 	if err != nil {
 		return err
 	}
@@ -31,46 +32,21 @@ func (o *optFloat) Set(s string) error {
 	return nil
 }
 
-type optInt struct {
-	v   int
-	set bool
+// The option kinds the generation flags use.
+type (
+	optFloat = opt[float64]
+	optInt   = opt[int]
+	optUint  = opt[uint64]
+)
+
+func newOptFloat() optFloat {
+	return optFloat{parse: func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }}
 }
 
-func (o *optInt) String() string {
-	if !o.set {
-		return ""
-	}
-	return strconv.Itoa(o.v)
-}
+func newOptInt() optInt { return optInt{parse: strconv.Atoi} }
 
-func (o *optInt) Set(s string) error {
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return err
-	}
-	o.v, o.set = v, true
-	return nil
-}
-
-type optUint struct {
-	v   uint64
-	set bool
-}
-
-func (o *optUint) String() string {
-	if !o.set {
-		return ""
-	}
-	return strconv.FormatUint(o.v, 10)
-}
-
-func (o *optUint) Set(s string) error {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return err
-	}
-	o.v, o.set = v, true
-	return nil
+func newOptUint() optUint {
+	return optUint{parse: func(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }}
 }
 
 // stringList is a repeatable string flag.
@@ -90,8 +66,5 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func flush(w io.Writer) {
 	if f, ok := w.(interface{ Flush() error }); ok {
 		_ = f.Flush()
-	}
-	if bw, ok := w.(*bufio.Writer); ok {
-		_ = bw.Flush()
 	}
 }

@@ -38,6 +38,8 @@ type genFlags struct {
 }
 
 func (g *genFlags) register(fs *flag.FlagSet) {
+	g.temperature, g.topP, g.minP = newOptFloat(), newOptFloat(), newOptFloat()
+	g.topK, g.seed = newOptInt(), newOptUint()
 	fs.StringVar(&g.manifest, "m", "", "manifest `file` (required)")
 	fs.StringVar(&g.manifest, "manifest", "", "manifest `file` (same as -m)")
 	fs.IntVar(&g.maxTokens, "max-tokens", 0, "generate at most `n` tokens (default: the manifest's max_tokens, else 256)")
