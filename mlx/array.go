@@ -296,6 +296,42 @@ func Scalar(v float64, dtype DType) *Array {
 	return a
 }
 
+// constantKey identifies a cached constant vector.
+type constantKey struct {
+	v     float64
+	dtype DType
+	n     int
+}
+
+// constants caches Constant results (worker-owned).
+var constants = map[constantKey]*Array{}
+
+// Constant returns the vector [n] whose elements all hold v in dtype, as a
+// shared constant like Scalar's: made once (evaluated with the first graph
+// that reads it) and reused by every step (a norm weight that only scales,
+// say).
+func Constant(v float64, dtype DType, n int) *Array {
+	mustWorker()
+	key := constantKey{v, dtype, n}
+	if a, ok := constants[key]; ok && a.Valid() {
+		return a
+	}
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(v)
+	}
+	a := FromFloat32s(vals, n)
+	if dtype != Float32 {
+		a = AsType(a, dtype)
+	}
+	if !a.Valid() {
+		return a
+	}
+	a.scope, a.pins, a.shared = nil, 1, true
+	constants[key] = a
+	return a
+}
+
 func newScalar(v float64, dtype DType) *Array {
 	var out C.spx_array
 	var rc C.int

@@ -2,6 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 1649b8e2f2b739088540ffa7c55c9d88
+// shim digest: 544479de171726925246ba2994bdeb63
 #include "shim/shim.cpp"
+#include "shim/compile.cpp"
 #include "shim/blas.cpp"

@@ -8,7 +8,7 @@
 # fails when it was not run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-digest="$(cd "$root/mlx/shim" && cat shim.h shim.cpp blas.cpp | sha256sum | cut -c1-32)"
+digest="$(cd "$root/mlx/shim" && cat shim.h shim.cpp compile.cpp blas.cpp | sha256sum | cut -c1-32)"
 unity="$root/mlx/shim_unity.cpp"
 want="// shim digest: $digest"
 if ! grep -qxF "$want" "$unity" 2>/dev/null; then
@@ -19,6 +19,7 @@ if ! grep -qxF "$want" "$unity" 2>/dev/null; then
 // does not see files in shim/, rebuilds when the shim changes.
 $want
 #include "shim/shim.cpp"
+#include "shim/compile.cpp"
 #include "shim/blas.cpp"
 CPP
 fi

@@ -13,6 +13,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/specula-dev/specula/cache"
 	"github.com/specula-dev/specula/mlx"
@@ -33,36 +34,100 @@ func Linear(x, w, b *mlx.Array) *mlx.Array {
 func RMSNorm(x, w *mlx.Array, eps float32) *mlx.Array { return mlx.RMSNorm(x, w, eps) }
 
 // GatedRMSNorm returns RMSNorm(x, w) · silu(gate) over the last axis with
-// every step in float32, and returns float32 (the caller casts to its
-// compute dtype). It is the output norm of gated linear-attention layers.
-func GatedRMSNorm(x, gate, w *mlx.Array, eps float32) *mlx.Array {
-	y := mlx.RMSNorm(f32(x), f32(w), eps)
-	return mlx.Multiply(y, mlx.Silu(f32(gate)))
+// every step in float32, cast to dtype at the end. It is the output norm of
+// gated linear-attention layers. Everything after the norm's own kernel runs
+// as one fused kernel (see compiledGatedNorm).
+func GatedRMSNorm(x, gate, w *mlx.Array, eps float32, dtype mlx.DType) *mlx.Array {
+	return compiledGatedNorm(eps, dtype).Call(x, gate, w)[0]
+}
+
+// gatedNormKey names one compiled gated norm: the epsilon and the output
+// dtype are fixed at its first trace.
+type gatedNormKey struct {
+	eps   float32
+	dtype mlx.DType
+}
+
+var (
+	gatedNormMu sync.Mutex
+	gatedNorms  = map[gatedNormKey]*mlx.Compiled{}
+)
+
+func compiledGatedNorm(eps float32, dtype mlx.DType) *mlx.Compiled {
+	gatedNormMu.Lock()
+	defer gatedNormMu.Unlock()
+	key := gatedNormKey{eps, dtype}
+	if f, ok := gatedNorms[key]; ok {
+		return f
+	}
+	f := mlx.Compile("gated_rms_norm", 1, func(in []*mlx.Array) []*mlx.Array {
+		x, gate, w := in[0], in[1], in[2]
+		y := mlx.RMSNorm(f32(x), f32(w), eps)
+		return []*mlx.Array{cast(mlx.Multiply(y, mlx.Silu(f32(gate))), dtype)}
+	})
+	gatedNorms[key] = f
+	return f
 }
 
 // L2Norm returns x · rsqrt(Σ x² + eps) over the last axis, in x's dtype
 // (the form of Hugging Face's l2norm, used on linear-attention q and k),
-// times scale. It runs as MLX's fused RMSNorm: with D features,
-// rms_norm(x, eps/D) = x · rsqrt(Σ x²/D + eps/D) = √D · l2(x), so
-// l2(x)·scale = rms_norm(x, eps/D) · scale/√D — two graph nodes instead of
-// five, the same value.
+// times scale. It runs as MLX's fused RMSNorm with a constant weight: with D
+// features, rms_norm(x, eps/D) = x · rsqrt(Σ x²/D + eps/D) = √D · l2(x), so
+// l2(x)·scale = rms_norm(x, eps/D) · scale/√D, and the factor scale/√D is the
+// norm's weight — one kernel, the same value.
 func L2Norm(x *mlx.Array, eps float32, scale float64) *mlx.Array {
-	d := float64(x.Dim(-1))
-	return mlx.MultiplyScalar(mlx.RMSNorm(x, nil, eps/float32(d)), scale/math.Sqrt(d))
+	d := x.Dim(-1)
+	w := mlx.Constant(scale/math.Sqrt(float64(d)), x.DType(), d)
+	return mlx.RMSNorm(x, w, eps/float32(d))
 }
+
+// SiLUMul returns silu(a) ⊙ b as one fused kernel: the activation of gated
+// MLPs.
+func SiLUMul(a, b *mlx.Array) *mlx.Array { return siluMul.Call(a, b)[0] }
+
+var siluMul = mlx.Compile("silu_mul", 1, func(in []*mlx.Array) []*mlx.Array {
+	return []*mlx.Array{mlx.Multiply(mlx.Silu(in[0]), in[1])}
+})
+
+// SigmoidGate returns x ⊙ σ(gate) as one fused kernel: the output gate of
+// gated attention.
+func SigmoidGate(x, gate *mlx.Array) *mlx.Array { return sigmoidGate.Call(x, gate)[0] }
+
+var sigmoidGate = mlx.Compile("sigmoid_gate", 1, func(in []*mlx.Array) []*mlx.Array {
+	return []*mlx.Array{mlx.Multiply(in[0], mlx.Sigmoid(in[1]))}
+})
 
 // SwiGLU returns down(silu(gate(x)) ⊙ up(x)), the dense MLP of Llama-style
 // decoders.
 func SwiGLU(x, gate, up, down *mlx.Array) *mlx.Array {
-	return mlx.Linear(mlx.Multiply(mlx.Silu(mlx.Linear(x, gate)), mlx.Linear(x, up)), down)
+	return mlx.Linear(SiLUMul(mlx.Linear(x, gate), mlx.Linear(x, up)), down)
 }
 
+// FusedSwiGLU is SwiGLU with the gate and up projections stacked into one
+// weight gateUp [2·I, H] (gate rows first, see ConcatRows): one matrix
+// product instead of two, which matters when decoding one token is bound by
+// kernel launches.
+func FusedSwiGLU(x, gateUp, down *mlx.Array) *mlx.Array {
+	gu := mlx.Linear(x, gateUp)
+	parts := mlx.Split(gu, -1, gu.Dim(-1)/2)
+	return mlx.Linear(SiLUMul(parts[0], parts[1]), down)
+}
+
+// ConcatRows stacks weights [out_i, in] (and optional biases [out_i]) into
+// one [Σ out_i, in]: a loader fuses projections that read the same input
+// this way, and the forward splits the product's last axis at the running
+// sums of out_i.
+func ConcatRows(ws ...*mlx.Array) *mlx.Array { return mlx.Concatenate(0, ws...) }
+
 // f32 casts a to float32 (a itself when it already is).
-func f32(a *mlx.Array) *mlx.Array {
-	if a.DType() == mlx.Float32 {
+func f32(a *mlx.Array) *mlx.Array { return cast(a, mlx.Float32) }
+
+// cast casts a to dtype (a itself when it already is).
+func cast(a *mlx.Array, dtype mlx.DType) *mlx.Array {
+	if a.DType() == dtype {
 		return a
 	}
-	return mlx.AsType(a, mlx.Float32)
+	return mlx.AsType(a, dtype)
 }
 
 // RoPE is a rotary position embedding over the first Dims features of each

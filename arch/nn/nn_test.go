@@ -52,11 +52,11 @@ func TestNorms(t *testing.T) {
 		}
 		X, Z, W := mlx.FromFloat32s(x, rows, d), mlx.FromFloat32s(z, rows, d), mlx.FromFloat32s(w)
 		near(t, "RMSNorm", t.Float32s(nn.RMSNorm(X, W, eps)), rms, 1e-5)
-		g := nn.GatedRMSNorm(mlx.AsType(X, mlx.BFloat16), Z, W, eps)
-		if g.DType() != mlx.Float32 {
-			t.Fatalf("GatedRMSNorm returns %s, want float32", g.DType())
+		g := nn.GatedRMSNorm(mlx.AsType(X, mlx.BFloat16), Z, W, eps, mlx.BFloat16)
+		if g.DType() != mlx.BFloat16 {
+			t.Fatalf("GatedRMSNorm returns %s, want the requested bfloat16", g.DType())
 		}
-		near(t, "GatedRMSNorm", t.Float32s(nn.GatedRMSNorm(X, Z, W, eps)), gated, 1e-5)
+		near(t, "GatedRMSNorm", t.Float32s(nn.GatedRMSNorm(X, Z, W, eps, mlx.Float32)), gated, 1e-5)
 		near(t, "L2Norm", t.Float32s(nn.L2Norm(X, eps, 1)), l2, 1e-5)
 		// With a scale (q's Dk^-0.5): the reference times 0.25.
 		scaled := make([]float64, len(l2))

@@ -161,6 +161,27 @@ func BenchmarkDecode(b *testing.B) {
 			return err
 		}
 		mlx.Sweep()
+		// What one step asks MLX to run: pending graph nodes by primitive.
+		h, _ = m.Forward(batch(next, caches[0].Offset()), caches)
+		ops, err := mlx.GraphOps(append(cacheState(caches), mlx.Argmax(m.Unembed(h), -1, false))...)
+		if err != nil {
+			return err
+		}
+		total := 0
+		for _, n := range ops {
+			total += n
+		}
+		b.Logf("graph nodes of one decode step: %d %v", total, ops)
+		b.ReportMetric(float64(total), "nodes/token")
+		// Level the caches again: the probe step is not timed.
+		tok = mlx.Argmax(m.Unembed(h), -1, false)
+		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+			return err
+		}
+		if next, err = tok.Int32s(); err != nil {
+			return err
+		}
+		mlx.Sweep()
 		b.ResetTimer()
 		start := time.Now()
 		for range b.N {

@@ -21,25 +21,26 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
 	tail := cfg.ConvKernel - 1
 
-	mixed := mlx.Linear(x, g.inQKV) // [1, L, convDim], channels q | k | v
-	z := mlx.Reshape(mlx.Linear(x, g.inZ), 1, L, hv, dv)
-	beta := mlx.Sigmoid(mlx.AsType(mlx.Linear(x, g.inB), mlx.Float32)) // [1, L, Hv]
-	a := mlx.AsType(mlx.Linear(x, g.inA), mlx.Float32)
-	// Log-decay g = −exp(A_log)·softplus(a + dt_bias) ≤ 0; decay α = e^g.
-	alpha := mlx.Exp(mlx.Multiply(g.negA, mlx.Softplus(mlx.Add(a, g.dtBias))))
+	// One product for the four input projections: [1, L, convDim + valueDim
+	// + 2·Hv], split into the conv channels q | k | v, the gate z, and the
+	// per-head write strength b and decay input a.
+	conv, value := cfg.ConvDim(), cfg.ValueDim()
+	proj := mlx.Split(mlx.Linear(x, g.in), -1, conv, conv+value, conv+value+hv)
+	mixed := proj[0]
+	z := mlx.Reshape(proj[1], 1, L, hv, dv)
+	gates := deltaGates.Call(proj[3], proj[2], g.negA, g.dtBias)
+	alpha, beta := gates[0], gates[1]
 
 	// Causal depthwise convolution over [tail; rows]: the tail holds the
 	// previous Kc−1 pre-convolution rows, and row t of the output reads
 	// padded rows t … t+Kc−1 (the last tap is the current row).
 	splits := c.SnapshotSplits(L)
 	padded := mlx.Concatenate(1, c.ConvState(), mixed)
-	conv := mlx.Silu(mlx.Conv1d(padded, g.conv, 1, 0, 1, cfg.ConvDim()))
-
-	qkv := mlx.Split(conv, -1, cfg.KeyDim(), 2*cfg.KeyDim())
+	qkv := mlx.Split(causalConvSiLU.Call(padded, g.conv)[0], -1, cfg.KeyDim(), 2*cfg.KeyDim())
 	scale := 1 / math.Sqrt(float64(dk))
-	q := nn.L2Norm(toF32(mlx.Reshape(qkv[0], 1, L, hk, dk)), l2Eps, scale)
-	k := nn.L2Norm(toF32(mlx.Reshape(qkv[1], 1, L, hk, dk)), l2Eps, 1)
-	v := toF32(mlx.Reshape(qkv[2], 1, L, hv, dv))
+	q := nn.L2Norm(mlx.Reshape(qkv[0], 1, L, hk, dk), l2Eps, scale)
+	k := nn.L2Norm(mlx.Reshape(qkv[1], 1, L, hk, dk), l2Eps, 1)
+	v := mlx.Reshape(qkv[2], 1, L, hv, dv)
 
 	bounds := append(slices.Clone(splits), L)
 	var out *mlx.Array
@@ -59,10 +60,40 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	}
 	c.Put(convs, deltas)
 
-	o := nn.GatedRMSNorm(out, z, g.norm, cfg.RMSNormEps)
-	o = mlx.Reshape(mlx.AsType(o, m.dtype), 1, L, cfg.ValueDim())
-	return mlx.Linear(o, g.out)
+	o := nn.GatedRMSNorm(out, z, g.norm, cfg.RMSNormEps, m.dtype)
+	return mlx.Linear(mlx.Reshape(o, 1, L, value), g.out)
 }
+
+// deltaGates maps the projections a and b [1, L, Hv] to the per-head decay
+// α = exp(−exp(A_log)·softplus(a + dt_bias)) and write strength β = σ(b),
+// both float32, as one fused kernel; its inputs are a, b, −exp(A_log) and
+// dt_bias.
+var deltaGates = mlx.Compile("qwen35_delta_gates", 2, func(in []*mlx.Array) []*mlx.Array {
+	a, b, negA, dtBias := toF32(in[0]), toF32(in[1]), in[2], in[3]
+	alpha := mlx.Exp(mlx.Multiply(negA, mlx.Softplus(mlx.Add(a, dtBias))))
+	return []*mlx.Array{alpha, mlx.Sigmoid(b)}
+})
+
+// causalConvSiLU is the delta-net's depthwise causal convolution followed by
+// SiLU, in float32, as one fused kernel over views: from padded [1, L+Kc−1,
+// C] and the taps w [Kc, C], row t of the output is
+// silu(Σ_j padded[t+j]·w[j]). (MLX's conv1d would cost a convolution and
+// layout kernels per step; this is a multiply-add chain.)
+var causalConvSiLU = mlx.Compile("qwen35_causal_conv_silu", 1, func(in []*mlx.Array) []*mlx.Array {
+	padded, w := in[0], in[1]
+	taps := w.Dim(0)
+	L := padded.Dim(1) - taps + 1
+	var sum *mlx.Array
+	for j := range taps {
+		term := mlx.Multiply(toF32(mlx.SliceAxis(padded, 1, j, j+L)), toF32(mlx.SliceAxis(w, 0, j, j+1)))
+		if sum == nil {
+			sum = term
+		} else {
+			sum = mlx.Add(sum, term)
+		}
+	}
+	return []*mlx.Array{mlx.Silu(sum)}
+})
 
 // gatedDeltaScan runs the gated delta rule token by token, in float32, over
 // q, k [1, L, Hv, Dk], v [1, L, Hv, Dv] and the per-head decay alpha and

@@ -16,11 +16,16 @@ import (
 
 // Float32 paths that group the same tokens differently (one chunk versus
 // single steps) differ by rounding only: transformers measures 1.5e-5 on
-// this fixture's logits. These tests allow 1e-4 on logits and 1e-5
-// relative on cache states.
+// this fixture's logits, and its own paths differ by up to 7e-5 (the
+// fixture's README). Here the gap depends on how OpenBLAS sums a product of
+// a given shape: with the stacked delta-net input projection the 24-token
+// chunk measured 9.1e-5 on logits and 1.2e-5 relative on a cache state
+// (6.9e-5 and under 1e-5 with four separate products). These tests allow
+// 2e-4 on logits and 5e-5 relative on states; a wrong offset, mask or
+// cache update moves them by orders of magnitude more.
 const (
-	pathLogitTol = 1e-4
-	pathStateTol = 1e-5
+	pathLogitTol = 2e-4
+	pathStateTol = 5e-5
 )
 
 // TestChunkedEqualsTokenByToken: prefill in chunks of several sizes gives

@@ -202,7 +202,7 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 			x = m.deltaNet(ly.delta, x, caches[i].(*cache.Recurrent))
 		}
 		h = mlx.Add(h, x)
-		h = mlx.Add(h, nn.SwiGLU(nn.RMSNorm(h, ly.postNorm, eps), ly.mlp.gate, ly.mlp.up, ly.mlp.down))
+		h = mlx.Add(h, nn.FusedSwiGLU(nn.RMSNorm(h, ly.postNorm, eps), ly.mlp.gateUp, ly.mlp.down))
 		if next < len(m.taps) && m.taps[next] == i {
 			taps = append(taps, h)
 			next++
@@ -222,19 +222,21 @@ func (m *Model) attention(a *attentionWeights, x *mlx.Array, offset int, c *cach
 	L, hq, hkv, d := x.Dim(1), cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	eps := cfg.RMSNormEps
 
-	// q_proj gives per head [query D | gate D] (interleaved per head).
-	qg := mlx.Reshape(nn.Linear(x, a.q, a.qBias), 1, L, hq, 2*d)
+	// One product for q_proj | k_proj | v_proj; q_proj gives per head
+	// [query D | gate D] (interleaved per head).
+	qkv := mlx.Split(nn.Linear(x, a.qkv, a.qkvBias), -1, hq*2*d, hq*2*d+hkv*d)
+	qg := mlx.Reshape(qkv[0], 1, L, hq, 2*d)
 	parts := mlx.Split(qg, -1, d)
 	q := nn.RMSNorm(parts[0], a.qNorm, eps)
-	gate := mlx.Reshape(parts[1], 1, L, hq*d)
-	k := nn.RMSNorm(mlx.Reshape(nn.Linear(x, a.k, a.kBias), 1, L, hkv, d), a.kNorm, eps)
-	v := mlx.Reshape(nn.Linear(x, a.v, a.vBias), 1, L, hkv, d)
+	k := nn.RMSNorm(mlx.Reshape(qkv[1], 1, L, hkv, d), a.kNorm, eps)
+	v := mlx.Reshape(qkv[2], 1, L, hkv, d)
 
 	q = m.rope.Apply(mlx.Transpose(q, 0, 2, 1, 3), offset)
 	k = m.rope.Apply(mlx.Transpose(k, 0, 2, 1, 3), offset)
 	v = mlx.Transpose(v, 0, 2, 1, 3)
 
-	o := nn.MergeHeads(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d)))))
-	o = mlx.Multiply(o, mlx.Sigmoid(gate))
+	// The gate reads the [1, L, Hq, D] view of q_proj directly.
+	o := mlx.Transpose(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d)))), 0, 2, 1, 3)
+	o = mlx.Reshape(nn.SigmoidGate(o, parts[1]), 1, L, hq*d)
 	return nn.Linear(o, a.o, a.oBias)
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -52,22 +53,32 @@ type layerWeights struct {
 	mlp                 mlpWeights
 }
 
+// Projections that read the same input are stacked into one weight at load
+// (nn.ConcatRows): decoding one token is bound by kernel launches, and one
+// matrix product then costs the launches of one.
+
 type attentionWeights struct {
-	q, k, v, o                 *mlx.Array // [Hq·2D, H], [Hkv·D, H] ×2, [H, Hq·D]
-	qBias, kBias, vBias, oBias *mlx.Array // nil without attention_bias
-	qNorm, kNorm               *mlx.Array // [D], (1 + w) folded
+	qkv     *mlx.Array // [Hq·2D + 2·Hkv·D, H]: q_proj (per head query | gate), k_proj, v_proj
+	o       *mlx.Array // [H, Hq·D]
+	qkvBias *mlx.Array // [Hq·2D + 2·Hkv·D]; nil without attention_bias
+	oBias   *mlx.Array // nil without attention_bias
+	qNorm   *mlx.Array // [D], (1 + w) folded
+	kNorm   *mlx.Array
 }
 
 type deltaWeights struct {
-	inQKV, inZ, inB, inA *mlx.Array // [convDim, H], [valueDim, H], [Hv, H] ×2
-	conv                 *mlx.Array // [convDim, Kc, 1], MLX's depthwise conv1d layout
-	dtBias               *mlx.Array // [Hv] float32
-	negA                 *mlx.Array // [Hv] float32: −exp(A_log)
-	norm                 *mlx.Array // [Dv] float32, plain w (gated norm)
-	out                  *mlx.Array // [H, valueDim]
+	in     *mlx.Array // [convDim + valueDim + 2·Hv, H]: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
+	conv   *mlx.Array // [Kc, convDim]: row j holds tap j of every channel
+	dtBias *mlx.Array // [Hv] float32
+	negA   *mlx.Array // [Hv] float32: −exp(A_log)
+	norm   *mlx.Array // [Dv] float32, plain w (gated norm)
+	out    *mlx.Array // [H, valueDim]
 }
 
-type mlpWeights struct{ gate, up, down *mlx.Array }
+type mlpWeights struct {
+	gateUp *mlx.Array // [2·I, H]: gate_proj, up_proj
+	down   *mlx.Array // [H, I]
+}
 
 func (w *weights) free() { mlx.Unpin(w.all...) }
 
@@ -186,11 +197,30 @@ func (b *binder) keep(a *mlx.Array) *mlx.Array {
 
 // weight binds a tensor in the compute dtype.
 func (b *binder) weight(name, why string, shape ...int) *mlx.Array {
+	a := b.part(name, why, shape...)
+	if a == nil {
+		return nil
+	}
+	return b.keep(a)
+}
+
+// part checks a tensor and casts it to the compute dtype without keeping
+// it: the caller stacks parts with stack.
+func (b *binder) part(name, why string, shape ...int) *mlx.Array {
 	a := b.take(name, why, shape)
 	if a == nil {
 		return nil
 	}
-	return b.keep(cast(a, b.dtype))
+	return cast(a, b.dtype)
+}
+
+// stack keeps the rows of parts stacked into one weight (nil when a part is
+// missing: the binder has recorded why).
+func (b *binder) stack(parts ...*mlx.Array) *mlx.Array {
+	if slices.Contains(parts, nil) {
+		return nil
+	}
+	return b.keep(nn.ConcatRows(parts...))
 }
 
 // float32 binds a tensor that stays float32 whatever the compute dtype.
@@ -216,20 +246,16 @@ func (b *binder) norm(name string, size int) *mlx.Array {
 }
 
 // conv binds a depthwise conv1d weight stored [C, 1, Kc] (Hugging Face),
-// [C, Kc, 1] (mlx-lm conversions) or [C, Kc], as [C, Kc, 1] for mlx.Conv1d.
+// [C, Kc, 1] (mlx-lm conversions) or [C, Kc], as taps [Kc, C] (made
+// contiguous at load), the layout the forward's fused convolution reads.
 func (b *binder) conv(name string, channels, kernel int) *mlx.Array {
 	a := b.take(name, "depthwise conv1d: channels 2·Hk·Dk+Hv·Dv, kernel linear_conv_kernel_dim",
 		[]int{channels, 1, kernel}, []int{channels, kernel, 1}, []int{channels, kernel})
 	if a == nil {
 		return nil
 	}
-	switch s := a.Shape(); {
-	case len(s) == 2:
-		a = mlx.Reshape(a, channels, kernel, 1)
-	case s[1] == 1 && kernel != 1:
-		a = mlx.Transpose(a, 0, 2, 1)
-	}
-	return b.keep(cast(a, b.dtype))
+	a = mlx.Transpose(mlx.Reshape(a, channels, kernel), 1, 0)
+	return b.keep(mlx.Contiguous(cast(a, b.dtype)))
 }
 
 func cast(a *mlx.Array, dt mlx.DType) *mlx.Array {
@@ -297,8 +323,9 @@ func bindWeights(cfg *Config, dtype mlx.DType, tensors map[string]*mlx.Array) (*
 			ly.delta = bindDeltaNet(b, cfg, p+"linear_attn.")
 		}
 		ly.mlp = mlpWeights{
-			gate: b.weight(p+"mlp.gate_proj.weight", "intermediate_size × hidden_size", cfg.IntermediateSize, H),
-			up:   b.weight(p+"mlp.up_proj.weight", "intermediate_size × hidden_size", cfg.IntermediateSize, H),
+			gateUp: b.stack(
+				b.part(p+"mlp.gate_proj.weight", "intermediate_size × hidden_size", cfg.IntermediateSize, H),
+				b.part(p+"mlp.up_proj.weight", "intermediate_size × hidden_size", cfg.IntermediateSize, H)),
 			down: b.weight(p+"mlp.down_proj.weight", "hidden_size × intermediate_size", H, cfg.IntermediateSize),
 		}
 	}
@@ -332,17 +359,19 @@ func bindWeights(cfg *Config, dtype mlx.DType, tensors map[string]*mlx.Array) (*
 func bindAttention(b *binder, cfg *Config, p string) *attentionWeights {
 	H, hq, hkv, d := cfg.HiddenSize, cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	a := &attentionWeights{
-		q:     b.weight(p+"q_proj.weight", "per head [query | gate]: num_attention_heads·2·head_dim × hidden_size", hq*2*d, H),
-		k:     b.weight(p+"k_proj.weight", "num_key_value_heads·head_dim × hidden_size", hkv*d, H),
-		v:     b.weight(p+"v_proj.weight", "num_key_value_heads·head_dim × hidden_size", hkv*d, H),
+		qkv: b.stack(
+			b.part(p+"q_proj.weight", "per head [query | gate]: num_attention_heads·2·head_dim × hidden_size", hq*2*d, H),
+			b.part(p+"k_proj.weight", "num_key_value_heads·head_dim × hidden_size", hkv*d, H),
+			b.part(p+"v_proj.weight", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)),
 		o:     b.weight(p+"o_proj.weight", "hidden_size × num_attention_heads·head_dim", H, hq*d),
 		qNorm: b.norm(p+"q_norm.weight", d),
 		kNorm: b.norm(p+"k_norm.weight", d),
 	}
 	if cfg.AttentionBias {
-		a.qBias = b.weight(p+"q_proj.bias", "attention_bias is true", hq*2*d)
-		a.kBias = b.weight(p+"k_proj.bias", "attention_bias is true", hkv*d)
-		a.vBias = b.weight(p+"v_proj.bias", "attention_bias is true", hkv*d)
+		a.qkvBias = b.stack(
+			b.part(p+"q_proj.bias", "attention_bias is true", hq*2*d),
+			b.part(p+"k_proj.bias", "attention_bias is true", hkv*d),
+			b.part(p+"v_proj.bias", "attention_bias is true", hkv*d))
 		a.oBias = b.weight(p+"o_proj.bias", "attention_bias is true", H)
 	}
 	return a
@@ -351,10 +380,11 @@ func bindAttention(b *binder, cfg *Config, p string) *attentionWeights {
 func bindDeltaNet(b *binder, cfg *Config, p string) *deltaWeights {
 	H, hv := cfg.HiddenSize, cfg.LinearValueHeads
 	return &deltaWeights{
-		inQKV:  b.weight(p+"in_proj_qkv.weight", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H),
-		inZ:    b.weight(p+"in_proj_z.weight", "Hv·Dv × hidden_size", cfg.ValueDim(), H),
-		inB:    b.weight(p+"in_proj_b.weight", "linear_num_value_heads × hidden_size", hv, H),
-		inA:    b.weight(p+"in_proj_a.weight", "linear_num_value_heads × hidden_size", hv, H),
+		in: b.stack(
+			b.part(p+"in_proj_qkv.weight", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H),
+			b.part(p+"in_proj_z.weight", "Hv·Dv × hidden_size", cfg.ValueDim(), H),
+			b.part(p+"in_proj_b.weight", "linear_num_value_heads × hidden_size", hv, H),
+			b.part(p+"in_proj_a.weight", "linear_num_value_heads × hidden_size", hv, H)),
 		conv:   b.conv(p+"conv1d.weight", cfg.ConvDim(), cfg.ConvKernel),
 		dtBias: b.float32(p+"dt_bias", "linear_num_value_heads", hv),
 		// The decay rate −exp(A_log) is a constant: fold it once at load.

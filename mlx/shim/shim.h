@@ -269,6 +269,36 @@ int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
              float scale, const char* mask_mode, spx_array mask,
              spx_array sinks, spx_stream s);
 
+/* ---- compiled functions ------------------------------------------------ */
+
+/* A function compiled by MLX (mx::compile) whose body is a Go function. */
+typedef struct {
+  void* ctx;
+} spx_closure;
+
+/* Compiles the Go function registered under fn (a cgo.Handle): MLX traces
+ * it through spxGoTrace once per input signature and fuses its element-wise
+ * chains. shapeless reuses one trace for every input shape. */
+int spx_compile(spx_closure* out, uintptr_t fn, bool shapeless);
+
+/* Calls a compiled function; at most cap outputs are written to outs and
+ * their count to *nout. */
+int spx_compiled_call(spx_array* outs, size_t cap, size_t* nout, spx_closure f,
+                      const spx_array* inputs, size_t nin);
+
+/* Frees a compiled function and its cached traces (worker thread only). */
+void spx_compiled_free(spx_closure f);
+
+/* For the Go side of a trace: append a to the trace's outputs, and record
+ * why a trace failed. */
+void spx_sink_push(void* sink, spx_array a);
+void spx_set_error(const char* msg);
+
+/* Writes to *out (malloc'd, freed by the caller) one line "name count" per
+ * primitive among the pending nodes reachable from outputs: what the next
+ * evaluation will run. */
+int spx_graph_ops(char** out, const spx_array* outputs, size_t n);
+
 /* ---- custom GPU kernels ------------------------------------------------ */
 
 /* Runs a CUDA kernel compiled at run time by MLX (fast::cuda_kernel). The
