@@ -370,7 +370,8 @@ func (a *Array) Bytes() ([]byte, error) {
 	if n > 0 {
 		p = unsafe.Pointer(&buf[0])
 	}
-	if err := status(C.spx_array_read(p, n, a.c)); err != nil {
+	// Reading evaluates a first.
+	if err := withJITLock(func() error { return status(C.spx_array_read(p, n, a.c)) }); err != nil {
 		return nil, err
 	}
 	return buf, nil
@@ -482,8 +483,10 @@ func eval(async bool, arrays []*Array) error {
 	if len(hs) == 0 {
 		return nil
 	}
-	if async {
-		return status(C.spx_async_eval(&hs[0], C.size_t(len(hs))))
-	}
-	return status(C.spx_eval(&hs[0], C.size_t(len(hs))))
+	return withJITLock(func() error {
+		if async {
+			return status(C.spx_async_eval(&hs[0], C.size_t(len(hs))))
+		}
+		return status(C.spx_eval(&hs[0], C.size_t(len(hs))))
+	})
 }

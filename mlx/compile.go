@@ -172,6 +172,7 @@ func spxGoTrace(handle C.uintptr_t, inputs *C.spx_array, nin C.size_t, sink unsa
 		setTraceError(fmt.Sprintf("compiled function %s: %v", f.name, err))
 		return 1
 	}
+	pendingTraces++ // the next evaluation may build its kernels
 	return 0
 }
 
