@@ -34,8 +34,11 @@ type pluginArchJSON struct {
 }
 
 func runPlugins(e *env, args []string) int {
-	fs := newFlags(e, "plugins", "[--dir D] [--json]")
-	dir := fs.String("dir", "", "search this folder first (then $"+plugins.EnvPath+", else ~/.config/specula/plugins)")
+	fs := newFlags(e, "plugins", "[--plugin-dir D]... [--json]")
+	var dirs []string
+	pluginDirFlag(fs, func(dir string) { dirs = append(dirs, dir) })
+	// --dir is the flag's earlier name, kept so existing scripts work.
+	dir := fs.String("dir", "", "the same as --plugin-dir (older name)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
@@ -45,7 +48,6 @@ func runPlugins(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "specula plugins: unexpected argument %q\n", pos[0])
 		return exitUsage
 	}
-	var dirs []string
 	if *dir != "" {
 		dirs = append(dirs, *dir)
 	}

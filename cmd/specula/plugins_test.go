@@ -39,7 +39,7 @@ func TestPlugins(t *testing.T) {
 	writeScriptPlugin(t, dir, "liar", "1.0.0", `{"name":"liar","version":"2.0.0","protocol_version":1,"architectures":[]}`, "")
 	writeScriptPlugin(t, dir, "tampered", "1.0.0", `{}`, strings.Repeat("0", 64))
 
-	code, out, errOut := run("plugins", "--dir", dir, "--json")
+	code, out, errOut := run("plugins", "--plugin-dir", dir, "--json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

@@ -237,14 +237,22 @@ var hostState struct {
 // addPluginDirFlag registers --plugin-dir on fs, for commands that resolve
 // manifests (run, bench, check).
 func addPluginDirFlag(fs *flag.FlagSet) {
+	pluginDirFlag(fs, func(dir string) {
+		hostState.mu.Lock()
+		defer hostState.mu.Unlock()
+		hostState.dirs = append(hostState.dirs, dir)
+	})
+}
+
+// pluginDirFlag registers the repeatable --plugin-dir on fs, handing each
+// folder to add.
+func pluginDirFlag(fs *flag.FlagSet, add func(dir string)) {
 	fs.Func("plugin-dir", "search this `folder` for plugin binaries first (repeatable; then $"+plugins.EnvPath+", else ~/.config/specula/plugins)",
 		func(dir string) error {
 			if dir == "" {
 				return errors.New("empty folder")
 			}
-			hostState.mu.Lock()
-			defer hostState.mu.Unlock()
-			hostState.dirs = append(hostState.dirs, dir)
+			add(dir)
 			return nil
 		})
 }
