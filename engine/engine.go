@@ -144,7 +144,11 @@ func (e *Engine) loadDraft(plan *manifests.Plan, progress Progress) error {
 		if !ok {
 			return fmt.Errorf("draft %s: the speculation core drives block drafts; declare \"block-draft\" in [draft] capabilities", plan.Draft.Architecture)
 		}
-		if err := loadWeights(bd, "draft weights", plan.Draft.Dir, progress); err != nil {
+		dir := plan.Draft.Dir
+		if plan.Draft.Weights.Status == manifests.WeightsNone {
+			dir = "" // weights = false: LoadWeights gets no tensors
+		}
+		if err := loadWeights(bd, "draft weights", dir, progress); err != nil {
 			return fmt.Errorf("loading draft %s from %s: %w", plan.Draft.Architecture, plan.Draft.Dir, err)
 		}
 		_, e.selector = plan.Draft.Selector()
@@ -190,19 +194,21 @@ type weightLoader interface {
 	LoadWeights(map[string]*mlx.Array) error
 }
 
-// loadWeights maps a checkpoint's tensors lazily through MLX's own loader
+// loadWeights maps a checkpoint's tensors (none when dir is "") lazily through MLX's own loader
 // (validated by package loader first: MLX reads into its own allocations,
 // on CUDA straight to device memory), binds them, and reads what the model
 // keeps in groups so progress can be reported.
 func loadWeights(m weightLoader, phase, dir string, progress Progress) error {
-	ck, err := loader.OpenCheckpoint(dir)
-	if err != nil {
-		return err
-	}
-	defer ck.Close()
-	tensors, err := ck.Arrays()
-	if err != nil {
-		return err
+	tensors := map[string]*mlx.Array{}
+	if dir != "" {
+		ck, err := loader.OpenCheckpoint(dir)
+		if err != nil {
+			return err
+		}
+		defer ck.Close()
+		if tensors, err = ck.Arrays(); err != nil {
+			return err
+		}
 	}
 	if err := m.LoadWeights(tensors); err != nil {
 		return err

@@ -182,3 +182,14 @@ func TestRequestErrors(t *testing.T) {
 		t.Fatalf("text prompt without a tokenizer: %v", err)
 	}
 }
+
+// weights = false on a draft that has weights: the engine reads nothing and
+// the architecture reports every tensor it misses, instead of running with
+// uninitialised weights.
+func TestWeightlessBuiltInDraftReportsItsMissingTensors(t *testing.T) {
+	_, err := engine.Load(context.Background(), writeManifest(t, "dflash-tiny", "weights = false\n"), engine.Options{})
+	if err == nil || !strings.Contains(err.Error(), "missing") || !strings.Contains(err.Error(), "loading draft") {
+		t.Fatalf("Load = %v; want the draft's missing-tensor error", err)
+	}
+	t.Log(err)
+}

@@ -133,6 +133,7 @@ var misplaced = map[string]string{
 	"draft.allow_slow_dtype": "the draft computes in the target's dtype; set allow_slow_dtype in [target]",
 	"target.plugin":          "plugins serve drafts; put plugin and sha256 in [draft]",
 	"target.sha256":          "plugins serve drafts; put plugin and sha256 in [draft]",
+	"target.weights":         "only a draft can be weightless (weights = false, for prompt-lookup drafters)",
 	"path":                   "path belongs in [target] or [draft]",
 	"architecture":           "architecture belongs in [target] or [draft]",
 	"capabilities":           "capabilities belongs in [target] or [draft]",
@@ -379,6 +380,14 @@ func (d *decoder) draft(line int, prims map[string]toml.Primitive) error {
 	fields := append(d.checkpointFields(&dr.Checkpoint, registry.KindDraft),
 		field{key: "plugin", set: str(&dr.Plugin, checkPluginName)},
 		field{key: "sha256", set: str(&dr.SHA256, checkSHA256)},
+		field{key: "weights", set: func(v any, p toml.Primitive) error {
+			has := true
+			if err := boolean(&has)(v, p); err != nil {
+				return err
+			}
+			dr.Weightless = !has
+			return nil
+		}},
 	)
 	if err := d.table("draft", line, prims, fields); err != nil {
 		return err

@@ -74,6 +74,10 @@ func TestDecodeErrors(t *testing.T) {
 			`:2: unknown key "path" at the top level (path belongs in [target] or [draft])`},
 		{"dtype in [draft]", withDraft(`dtype = "float32"`), manifests.ErrUnknownKey,
 			`:11: unknown key "dtype" in [draft] (the draft computes in the target's dtype; set dtype in [target])`},
+		{"weights in [target]", withTarget(`weights = false`), manifests.ErrUnknownKey,
+			`:7: unknown key "weights" in [target] (only a draft can be weightless (weights = false, for prompt-lookup drafters))`},
+		{"weights as a string", withDraft(`weights = "none"`), manifests.ErrType,
+			`:11: [draft] weights must be true or false`},
 		{"plugin in [target]", withTarget(`plugin = "acme"`), manifests.ErrUnknownKey,
 			`:7: unknown key "plugin" in [target] (plugins serve drafts; put plugin and sha256 in [draft])`},
 		{"depth in [speculation]", withTarget(`[speculation]`, `depth = 3`), manifests.ErrUnknownKey,
@@ -278,6 +282,7 @@ func TestDecodeValid(t *testing.T) {
 		`capabilities = ["selector", "draft", "block-draft"]`,
 		`plugin = "acme-dflash3"`,
 		`sha256 = "`+sha+`"`,
+		`weights = false`,
 		``,
 		`[speculation]`,
 		`enabled = false`,
@@ -321,6 +326,7 @@ func TestDecodeValid(t *testing.T) {
 	check("Draft.Capabilities", m.Draft.Capabilities.String(), "draft, block-draft, selector")
 	check("Draft.Plugin", m.Draft.Plugin, "acme-dflash3")
 	check("Draft.SHA256", m.Draft.SHA256, sha)
+	check("Draft.Weightless", m.Draft.Weightless, true)
 	check("Speculation", m.Speculation, manifests.Speculation{Enabled: false, MaxDepth: 0, SelectorDepth: 64})
 	s := m.Sampling
 	check("Temperature (integer accepted)", *s.Temperature, 1.0)

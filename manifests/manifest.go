@@ -95,6 +95,11 @@ type Draft struct {
 	// SHA256 is the lowercase hex SHA-256 of the plugin binary; required
 	// when Plugin is set, and only then.
 	SHA256 string
+	// Weightless is set by weights = false: the architecture reads no
+	// weights (a prompt-lookup drafter), so the checkpoint folder needs only
+	// config.json, no weight files are inspected or loaded, and LoadWeights
+	// receives no tensors.
+	Weightless bool
 }
 
 // Speculation is the [speculation] table.

@@ -167,6 +167,8 @@ const (
 	// WeightsInvalid: the files exist but break the safetensors or index
 	// rules.
 	WeightsInvalid WeightStatus = "invalid"
+	// WeightsNone: the draft declares weights = false; nothing is read.
+	WeightsNone WeightStatus = "none"
 )
 
 // Weights is the state of a checkpoint's weight files, found from their

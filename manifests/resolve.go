@@ -199,6 +199,13 @@ func (r *resolver) run() (*Plan, error) {
 	var problems []string
 	firstKey, anyMissing := "", false
 	for _, p := range parts {
+		if p.table == "draft" && m.Draft.Weightless {
+			p.comp.Weights = Weights{Status: WeightsNone}
+			if hasWeightFiles(p.ck.Dir) {
+				r.warnf("[draft] weights = false, but %s holds weight files: specula neither checks nor loads them", p.ck.Path)
+			}
+			continue
+		}
 		p.comp.Weights = inspectWeights(p.ck)
 		w := p.comp.Weights
 		if w.Status == WeightsPresent {

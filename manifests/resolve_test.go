@@ -455,6 +455,42 @@ func TestResolveWeights(t *testing.T) {
 	})
 }
 
+func TestResolveWeightlessDraft(t *testing.T) {
+	qwen := fixtures.Dir(t, "qwen35-tiny")
+	t.Run("config.json only", func(t *testing.T) {
+		draft := ckpt(t, draftConfig("DFlashDraftModel", ""), nil)
+		m := writeManifest(t, pair(qwen, dtCaps, ``, draft, blockCaps, `weights = false`))
+		p, err := manifests.Resolve(ctx, m, fakes(t), manifests.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Ready(); err != nil {
+			t.Fatalf("Ready = %v; a weightless draft needs no weight files", err)
+		}
+		if st := p.Draft.Weights.Status; st != manifests.WeightsNone {
+			t.Errorf("draft weights status %q, want %q", st, manifests.WeightsNone)
+		}
+		if len(p.Warnings) != 0 {
+			t.Errorf("warnings %q, want none", p.Warnings)
+		}
+	})
+	t.Run("weight files present anyway", func(t *testing.T) {
+		draft := ckpt(t, draftConfig("DFlashDraftModel", ""), map[string]string{"model.safetensors": "not even a safetensors file"})
+		m := writeManifest(t, pair(qwen, dtCaps, ``, draft, blockCaps, `weights = false`))
+		p, err := manifests.Resolve(ctx, m, fakes(t), manifests.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Ready(); err != nil {
+			t.Fatalf("Ready = %v; the files of a weightless draft are not inspected", err)
+		}
+		want := "[draft] weights = false, but " + draft + " holds weight files: specula neither checks nor loads them"
+		if !slices.Contains(p.Warnings, want) {
+			t.Errorf("warnings %q, want %q", p.Warnings, want)
+		}
+	})
+}
+
 func TestResolveWarnings(t *testing.T) {
 	qwen, dflash := fixtures.Dir(t, "qwen35-tiny"), fixtures.Dir(t, "dflash-tiny")
 	tests := []struct {

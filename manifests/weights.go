@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/specula-dev/specula/loader"
@@ -28,6 +29,17 @@ func inspectWeights(ck *Checkpoint) Weights {
 		w.Bytes += f.Size()
 	}
 	return w
+}
+
+// hasWeightFiles reports whether dir holds a *.safetensors file or a
+// safetensors index.
+func hasWeightFiles(dir string) bool {
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if len(matches) > 0 {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(dir, loader.IndexName))
+	return err == nil
 }
 
 // weightsProblem classifies a loader error: not downloaded (missing files,

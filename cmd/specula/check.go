@@ -270,9 +270,12 @@ func writeComponent(w io.Writer, label string, c *componentOut) {
 		fmt.Fprintf(w, "  block         %d positions, mask token %d\n", c.BlockSize, *c.MaskToken)
 	}
 	if wt := c.Weights; wt != nil {
-		if wt.Status == "present" {
+		switch wt.Status {
+		case string(manifests.WeightsPresent):
 			fmt.Fprintf(w, "  weights       present: %s (%d tensors, %s)\n", strings.Join(wt.Files, ", "), wt.Tensors, byteSize(wt.Bytes))
-		} else {
+		case string(manifests.WeightsNone):
+			fmt.Fprintf(w, "  weights       none (weights = false)\n")
+		default:
 			fmt.Fprintf(w, "  weights       %s: %s\n", wt.Status, wt.Problem)
 		}
 	}

@@ -6,17 +6,14 @@
 // Build it with `make plugins`; a manifest uses it with
 //
 //	[draft]
-//	path = "ngram"                 # a folder holding config.json and model.safetensors
+//	path = "ngram"                 # a folder holding config.json
 //	architecture = "NgramDraft"
 //	capabilities = ["draft", "block-draft"]
+//	weights = false                # prompt lookup has no weights
 //	plugin = "ngram"
 //	sha256 = "<the digest in its _SHA256SUM file>"
 //
 // config.json may set max_ngram and min_ngram ({} keeps the defaults).
-// Prompt lookup has no weights, but a manifest's checkpoint folder must hold
-// a weights file: an empty one does, e.g. made with
-//
-//	printf '\002\000\000\000\000\000\000\000{}' > ngram/model.safetensors
 package main
 
 import "github.com/specula-dev/specula/plugins/sdk"
