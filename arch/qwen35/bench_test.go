@@ -211,3 +211,69 @@ func cacheState(caches []cache.Cache) []*mlx.Array {
 	}
 	return out
 }
+
+// BenchmarkVerify8 measures the target's side of a speculative round at
+// depth 7 after a 128-token prefill: rollback points scheduled for the 7
+// drafts, one forward over 8 tokens, the argmax of every row and the cache
+// state evaluated, then all drafts kept (as when all are accepted). Compare
+// its time with BenchmarkDecode's: the ideal speedup at depth 7 is
+// 8 × decode time / verify time.
+func BenchmarkVerify8(b *testing.B) {
+	const prompt, n = 128, 8
+	m := benchModel(b)
+	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
+	ids := benchIDs(prompt+n*(b.N+1), m.Info().VocabSize)
+	var elapsed time.Duration
+	err := mlx.Do(context.Background(), func() error {
+		caches := m.NewCaches()
+		defer freeCaches(caches)
+		h, _ := m.Forward(batch(ids[:prompt], 0), caches)
+		if err := mlx.Eval(append(cacheState(caches), h)...); err != nil {
+			return err
+		}
+		mlx.Sweep()
+		round := func(i int, probe bool) error {
+			at := caches[0].Offset()
+			cache.Schedule(caches, at+1, n-1)
+			h, _ := m.Forward(batch(ids[prompt+i*n:prompt+(i+1)*n], at), caches)
+			tok := mlx.Argmax(m.Unembed(h), -1, false)
+			if probe {
+				ops, err := mlx.GraphOps(append(cacheState(caches), tok)...)
+				if err != nil {
+					return err
+				}
+				total := 0
+				for _, k := range ops {
+					total += k
+				}
+				b.Logf("graph nodes of one 8-token verification: %d %v", total, ops)
+				b.ReportMetric(float64(total), "nodes/round")
+			}
+			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+				return err
+			}
+			if _, err := tok.Int32s(); err != nil {
+				return err
+			}
+			cache.Commit(caches, n-1, n-1, at+1)
+			mlx.Sweep()
+			return nil
+		}
+		if err := round(0, true); err != nil { // warm-up and graph probe
+			return err
+		}
+		b.ResetTimer()
+		start := time.Now()
+		for i := range b.N {
+			if err := round(i+1, false); err != nil {
+				return err
+			}
+		}
+		elapsed = time.Since(start)
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(elapsed.Microseconds())/1000/float64(b.N), "ms/round")
+}
