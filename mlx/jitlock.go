@@ -1,7 +1,9 @@
 package mlx
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -63,4 +65,32 @@ func lockJITFolder() (unlock func()) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// CPUKernels describes MLX's fused CPU kernels on this machine, for a
+// program's first-run notice: the folder MLX builds them in, whether it
+// already holds some (built by an earlier run), and whether the g++ MLX
+// builds them with is on PATH (without it compiled functions run op by op).
+type CPUKernels struct {
+	Dir      string
+	Cached   bool
+	Compiler bool
+}
+
+// CPUKernelState reports on the CPU kernel folder; ok is false when no
+// kernels will be built here (another device, or compilation is off).
+func CPUKernelState() (k CPUKernels, ok bool) {
+	if compileDisabled {
+		return k, false
+	}
+	dev, err := Call(context.Background(), func() (Device, error) { return CurrentDevice(), nil })
+	if err != nil || dev != CPU {
+		return k, false
+	}
+	k.Dir = filepath.Join(os.TempDir(), "mlx", Version(), "cpu")
+	libs, _ := filepath.Glob(filepath.Join(k.Dir, "*.so"))
+	k.Cached = len(libs) > 0
+	_, err = exec.LookPath("g++")
+	k.Compiler = err == nil
+	return k, true
 }

@@ -96,6 +96,9 @@ func runDemo(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "demo", err)
 	}
+	if !*asJSON {
+		noteCPUKernels(e.stderr)
+	}
 	base := engine.Request{Prompt: demoPrompt, MaxTokens: *maxTokens}
 	run := func(mut func(*engine.Request)) (*engine.Response, error) {
 		req := base

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/plugins"
 	"github.com/specula-dev/specula/registry"
 	"github.com/specula-dev/specula/tokenizer"
@@ -210,8 +211,25 @@ func loadEngine(ctx context.Context, manifest string, bar *progressBar) (*engine
 	eng, err := engine.Load(ctx, manifest, opts)
 	if bar != nil {
 		bar.done()
+		if err == nil {
+			noteCPUKernels(bar.w)
+		}
 	}
 	return eng, err
+}
+
+// noteCPUKernels explains a CPU run's first-time pause (MLX building its
+// fused kernels with g++) or, without g++, why compiled functions run
+// unfused. It prints nothing on a GPU or once the kernels are built.
+func noteCPUKernels(w io.Writer) {
+	k, ok := mlx.CPUKernelState()
+	switch {
+	case !ok:
+	case !k.Compiler:
+		fmt.Fprintln(w, "note: g++ is not installed, so MLX runs the fused CPU functions op by op (same results, slower); install g++ to fuse them")
+	case !k.Cached:
+		fmt.Fprintf(w, "note: first run here: MLX builds its fused CPU kernels with g++ (a few seconds, once; kept in %s)\n", k.Dir)
+	}
 }
 
 // loadPlugin launches the plugin drafts manifests name (engine.Options and
