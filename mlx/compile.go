@@ -39,6 +39,7 @@ type Compiled struct {
 	fn     func(in []*Array) []*Array
 	handle cgo.Handle
 	c      C.spx_closure // created on the worker at the first call
+	freed  bool
 }
 
 // compileDisabled is read once: SPECULA_COMPILE=0 turns compilation off.
@@ -67,6 +68,9 @@ const maxCompiledOutputs = 16
 // recorded like an op's and every output is empty.
 func (f *Compiled) Call(inputs ...*Array) []*Array {
 	mustWorker()
+	if f.freed {
+		panic(fmt.Sprintf("mlx: call of the freed compiled function %s", f.name))
+	}
 	if compileDisabled {
 		out := f.fn(inputs)
 		f.checkOutputs(len(out))
@@ -118,6 +122,23 @@ func (f *Compiled) Call(inputs ...*Array) []*Array {
 		outs[i] = wrap(cs[i])
 	}
 	return outs
+}
+
+// Free releases the compiled function and MLX's cached traces of it.
+// Package-level compiled functions live as long as the program; free those
+// made per model instance when the instance goes. A freed function must not
+// be called again.
+func (f *Compiled) Free() {
+	mustWorker()
+	if f.freed {
+		return
+	}
+	if f.c.ctx != nil {
+		C.spx_compiled_free(f.c)
+		f.c.ctx = nil
+	}
+	f.handle.Delete()
+	f.freed = true
 }
 
 func (f *Compiled) checkOutputs(n int) {

@@ -229,3 +229,31 @@ func TestConstantIsSharedAndHoldsTheValue(t *testing.T) {
 		}
 	})
 }
+
+func TestFreedCompiledFunctionCannotBeCalled(t *testing.T) {
+	traces := 0
+	f := mlx.Compile("gate", 2, gateFn(&traces))
+	err := mlx.Do(context.Background(), func() error {
+		one := mlx.Ones(mlx.Float32, 4)
+		if err := mlx.Eval(f.Call(one, one, one)...); err != nil {
+			return err
+		}
+		f.Free()
+		f.Free() // idempotent
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		r := recover()
+		if wp, ok := r.(*mlx.WorkerPanic); !ok || !strings.Contains(wp.Error(), "freed compiled function gate") {
+			t.Fatalf("calling a freed compiled function: recovered %v, want a panic naming it", r)
+		}
+	}()
+	_ = mlx.Do(context.Background(), func() error {
+		one := mlx.Ones(mlx.Float32, 4)
+		f.Call(one, one, one)
+		return nil
+	})
+}

@@ -42,7 +42,7 @@ func withJITLock(eval func() error) error {
 // lockJITFolder takes the lock, or gives up quietly: the lock only narrows
 // a race, so failing to take it must not fail the evaluation.
 func lockJITFolder() (unlock func()) {
-	dir := filepath.Join(os.TempDir(), "mlx", Version(), "cpu")
+	dir := cpuKernelDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return func() {}
 	}
@@ -87,10 +87,14 @@ func CPUKernelState() (k CPUKernels, ok bool) {
 	if err != nil || dev != CPU {
 		return k, false
 	}
-	k.Dir = filepath.Join(os.TempDir(), "mlx", Version(), "cpu")
+	k.Dir = cpuKernelDir()
 	libs, _ := filepath.Glob(filepath.Join(k.Dir, "*.so"))
 	k.Cached = len(libs) > 0
 	_, err = exec.LookPath("g++")
 	k.Compiler = err == nil
 	return k, true
 }
+
+// cpuKernelDir is where MLX builds and keeps its CPU kernels (it follows
+// $TMPDIR at each build, as os.TempDir does).
+func cpuKernelDir() string { return filepath.Join(os.TempDir(), "mlx", Version(), "cpu") }
