@@ -194,10 +194,11 @@ type weightLoader interface {
 	LoadWeights(map[string]*mlx.Array) error
 }
 
-// loadWeights maps a checkpoint's tensors (none when dir is "") lazily through MLX's own loader
+// loadWeights maps a checkpoint's tensors lazily through MLX's own loader
 // (validated by package loader first: MLX reads into its own allocations,
 // on CUDA straight to device memory), binds them, and reads what the model
-// keeps in groups so progress can be reported.
+// keeps in groups so progress can be reported. dir "" binds no tensors (a
+// draft declared weights = false).
 func loadWeights(m weightLoader, phase, dir string, progress Progress) error {
 	tensors := map[string]*mlx.Array{}
 	if dir != "" {
