@@ -290,7 +290,7 @@ func (d *Draft) Forward(b *model.Batch, _, caches []cache.Cache) (hidden, aux *m
 	for l := range w.layers {
 		ly := &w.layers[l]
 		attention := func(x *mlx.Array) *mlx.Array { return d.attention(l, ly, x, ctx, s0, caches[l]) }
-		mlp := func(x *mlx.Array) *mlx.Array { return nn.SwiGLU(x, ly.gate, ly.up, ly.down) }
+		mlp := func(x *mlx.Array) *mlx.Array { return nn.FusedSwiGLU(x, ly.gateUp, ly.down) }
 		h = mlx.Add(h, d.wrap.WrapAttention(l, nn.RMSNorm(h, ly.inputNorm, eps), attention))
 		h = mlx.Add(h, d.wrap.WrapMLP(l, nn.RMSNorm(h, ly.postNorm, eps), mlp))
 		if d.trace != nil {
@@ -335,9 +335,11 @@ func (d *Draft) checkCaches(caches []cache.Cache, s0 int) {
 // rows go through the same projections.
 func (d *Draft) keysValues(ly *layerWeights, x *mlx.Array, first int) (k, v *mlx.Array) {
 	c := d.cfg
-	k = nn.RMSNorm(nn.SplitHeads(nn.Linear(x, ly.k, nil), c.NumKVHeads, c.HeadDim), ly.kNorm, c.RMSNormEps)
-	v = nn.SplitHeads(nn.Linear(x, ly.v, nil), c.NumKVHeads, c.HeadDim)
-	return d.rope.Apply(k, first), v
+	// Heads first, then the k | v split: [1, 2·Hkv, L, D] is a free view of
+	// the product, and each half a view of that.
+	kv := mlx.Split(nn.SplitHeads(nn.Linear(x, ly.kv, nil), 2*c.NumKVHeads, c.HeadDim), 1, c.NumKVHeads)
+	k = nn.RMSNorm(kv[0], ly.kNorm, c.RMSNormEps)
+	return d.rope.Apply(k, first), kv[1]
 }
 
 // attention is layer l's attention for the block rows x [1, Lb, H] (after
@@ -356,11 +358,13 @@ func (d *Draft) attention(l int, ly *layerWeights, x, ctx *mlx.Array, s0 int, c 
 
 	q := nn.RMSNorm(nn.SplitHeads(nn.Linear(x, ly.q, nil), cfg.NumHeads, cfg.HeadDim), ly.qNorm, cfg.RMSNormEps)
 	q = d.rope.Apply(q, sb)
-	k, v := d.keysValues(ly, x, sb)
+	// Context rows then block rows occupy slots s0 … sb+Lb−1 without a
+	// gap, so one projection of [context; block] gives both.
+	rows := x
 	if ctx != nil {
-		kc, vc := d.keysValues(ly, ctx, s0)
-		k, v = mlx.Concatenate(2, kc, k), mlx.Concatenate(2, vc, v)
+		rows = mlx.Concatenate(1, ctx, x)
 	}
+	k, v := d.keysValues(ly, rows, s0)
 	kh, vh, slots := d.write(l, c, k, v)
 	window, causal := cfg.Attention(l)
 	scale := float32(1 / math.Sqrt(float64(cfg.HeadDim)))

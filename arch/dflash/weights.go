@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/specula-dev/specula/loader"
+	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -37,11 +38,15 @@ type weights struct {
 	all        []*mlx.Array // every pinned array
 }
 
+// Projections that read the same rows are stacked at load (nn.ConcatRows):
+// one product instead of two in every draft forward.
 type layerWeights struct {
 	inputNorm, postNorm *mlx.Array // [H]
-	q, k, v, o          *mlx.Array // [Hq·D, H], [Hkv·D, H] ×2, [H, Hq·D]
+	q, o                *mlx.Array // [Hq·D, H], [H, Hq·D]
+	kv                  *mlx.Array // [2·Hkv·D, H]: k_proj, v_proj
 	qNorm, kNorm        *mlx.Array // [D]
-	gate, up, down      *mlx.Array // [I, H] ×2, [H, I]
+	gateUp              *mlx.Array // [2·I, H]: gate_proj, up_proj
+	down                *mlx.Array // [H, I]
 }
 
 // WeightSpec returns what a DFlash checkpoint must hold for cfg (spec/dflash.md
@@ -173,11 +178,24 @@ func (d *Draft) LoadWeights(tensors map[string]*mlx.Array) error {
 // which Bind rules out.
 func (d *Draft) UseWeights(bound map[string]*mlx.Array) {
 	var all []*mlx.Array
-	get := func(name string) *mlx.Array {
+	part := func(name string) *mlx.Array {
 		a, ok := bound[name]
 		if !ok {
 			panic(fmt.Sprintf("dflash: UseWeights without tensor %s: bind with WeightSpec first", name))
 		}
+		return a
+	}
+	get := func(name string) *mlx.Array {
+		a := part(name)
+		all = append(all, a)
+		return a
+	}
+	stack := func(names ...string) *mlx.Array {
+		parts := make([]*mlx.Array, len(names))
+		for i, n := range names {
+			parts[i] = part(n)
+		}
+		a := nn.ConcatRows(parts...)
 		all = append(all, a)
 		return a
 	}
@@ -193,13 +211,11 @@ func (d *Draft) UseWeights(bound map[string]*mlx.Array) {
 			inputNorm: get(p + "input_layernorm.weight"),
 			postNorm:  get(p + "post_attention_layernorm.weight"),
 			q:         get(p + "self_attn.q_proj.weight"),
-			k:         get(p + "self_attn.k_proj.weight"),
-			v:         get(p + "self_attn.v_proj.weight"),
+			kv:        stack(p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight"),
 			o:         get(p + "self_attn.o_proj.weight"),
 			qNorm:     get(p + "self_attn.q_norm.weight"),
 			kNorm:     get(p + "self_attn.k_norm.weight"),
-			gate:      get(p + "mlp.gate_proj.weight"),
-			up:        get(p + "mlp.up_proj.weight"),
+			gateUp:    stack(p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight"),
 			down:      get(p + "mlp.down_proj.weight"),
 		}
 	}
