@@ -8,8 +8,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 )
 
