@@ -40,6 +40,8 @@ type Compiled struct {
 	handle cgo.Handle
 	c      C.spx_closure // created on the worker at the first call
 	freed  bool
+	// sigs are the input signatures MLX holds traces for (worker-owned).
+	sigs map[string]struct{}
 }
 
 // compileDisabled is read once: SPECULA_COMPILE=0 turns compilation off.
@@ -62,6 +64,13 @@ func Compile(name string, nout int, fn func(in []*Array) []*Array) *Compiled {
 
 // maxCompiledOutputs bounds the outputs of one compiled function.
 const maxCompiledOutputs = 16
+
+// MaxTracedSignatures bounds the input signatures whose traces MLX keeps
+// per compiled function. MLX looks a call's trace up by scanning them, and
+// every distinct prompt length adds one, so a long-running process would
+// slow down and grow; past the bound the traces are dropped and the
+// signatures in use (a decode step's, a verification's) are traced again.
+const MaxTracedSignatures = 64
 
 // Call runs the compiled function on inputs and returns its nout outputs
 // (lazy, like any op). If an input is empty or tracing fails, the error is
@@ -88,6 +97,14 @@ func (f *Compiled) Call(inputs ...*Array) []*Array {
 		if err := status(C.spx_compile(&f.c, C.uintptr_t(f.handle), false)); err != nil {
 			panic(fmt.Sprintf("mlx: compiling %s: %v", f.name, err)) // allocation only: cannot fail for a user reason
 		}
+		f.sigs = map[string]struct{}{}
+	}
+	if sig := signature(inputs); !f.hasTrace(sig) {
+		if len(f.sigs) >= MaxTracedSignatures {
+			C.spx_compiled_reset(f.c)
+			clear(f.sigs)
+		}
+		f.sigs[sig] = struct{}{}
 	}
 	var cs [maxCompiledOutputs]C.spx_array
 	var n C.size_t
@@ -139,6 +156,26 @@ func (f *Compiled) Free() {
 	}
 	f.handle.Delete()
 	f.freed = true
+}
+
+func (f *Compiled) hasTrace(sig string) bool {
+	_, ok := f.sigs[sig]
+	return ok
+}
+
+// signature is what MLX matches a call's trace by: every input's dtype and
+// shape.
+func signature(inputs []*Array) string {
+	b := make([]byte, 0, 16*len(inputs))
+	for _, a := range inputs {
+		b = strconv.AppendInt(b, int64(a.DType()), 10)
+		for _, d := range a.Shape() {
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(d), 10)
+		}
+		b = append(b, ';')
+	}
+	return string(b)
 }
 
 func (f *Compiled) checkOutputs(n int) {

@@ -257,3 +257,35 @@ func TestFreedCompiledFunctionCannotBeCalled(t *testing.T) {
 		return nil
 	})
 }
+
+// Past MaxTracedSignatures distinct input shapes the traces are dropped, so
+// the shapes in use are traced again rather than the cache growing.
+func TestCompiledKeepsABoundedSetOfTraces(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		traces, calls := 0, 0
+		f := mlx.Compile("negate", 1, func(in []*mlx.Array) []*mlx.Array {
+			traces++
+			return []*mlx.Array{mlx.Negative(in[0])}
+		})
+		call := func(n int) {
+			calls++
+			v := t.Float32s(f.Call(mlx.Ones(mlx.Float32, n))[0])
+			if len(v) != n || v[n-1] != -1 {
+				t.Fatalf("negate(ones(%d)) = %v", n, v)
+			}
+		}
+		for n := 1; n <= mlx.MaxTracedSignatures; n++ {
+			call(n)
+		}
+		call(1)                             // still held: no trace
+		call(mlx.MaxTracedSignatures + 1)   // one too many: traces dropped, this one traced
+		call(1)                             // traced again
+		want := mlx.MaxTracedSignatures + 2 // by the policy above
+		if !fusionExpected() {
+			want = calls // without compilation the Go function runs every call
+		}
+		if traces != want {
+			t.Fatalf("the Go function ran %d times over %d calls, want %d", traces, calls, want)
+		}
+	})
+}

@@ -94,7 +94,7 @@ int spx_compiled_call(spx_array* outs, size_t cap, size_t* nout, spx_closure f,
   SPX_CATCH
 }
 
-void spx_compiled_free(spx_closure f) {
+void spx_compiled_reset(spx_closure f) {
   if (f.ctx == nullptr) {
     return;
   }
@@ -104,6 +104,13 @@ void spx_compiled_free(spx_closure f) {
   } catch (...) {
     // Erasing only frees cached traces early; failing to is harmless.
   }
+}
+
+void spx_compiled_free(spx_closure f) {
+  if (f.ctx == nullptr) {
+    return;
+  }
+  spx_compiled_reset(f);
   delete static_cast<compiled*>(f.ctx);
 }
 

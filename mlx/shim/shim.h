@@ -286,6 +286,10 @@ int spx_compile(spx_closure* out, uintptr_t fn, bool shapeless);
 int spx_compiled_call(spx_array* outs, size_t cap, size_t* nout, spx_closure f,
                       const spx_array* inputs, size_t nin);
 
+/* Drops a compiled function's cached traces; the next calls trace again
+ * (worker thread only). */
+void spx_compiled_reset(spx_closure f);
+
 /* Frees a compiled function and its cached traces (worker thread only). */
 void spx_compiled_free(spx_closure f);
 
