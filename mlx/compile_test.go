@@ -20,13 +20,18 @@ func fusionExpected() bool {
 	if !mlx.CompileEnabled() {
 		return false
 	}
-	dev, err := mlx.Call(context.Background(), func() (mlx.Device, error) { return mlx.CurrentDevice(), nil })
-	if err == nil && dev == mlx.CPU {
+	if onCPU() {
 		if _, err := exec.LookPath("g++"); err != nil {
 			return false
 		}
 	}
 	return true
+}
+
+// onCPU reports whether the MLX worker computes on the CPU.
+func onCPU() bool {
+	dev, err := mlx.Call(context.Background(), func() (mlx.Device, error) { return mlx.CurrentDevice(), nil })
+	return err == nil && dev == mlx.CPU
 }
 
 // gateFn is the element-wise chain of a delta-net gate,
