@@ -115,6 +115,7 @@ func runJob(j *job) {
 }
 
 func initDevice() {
+	setDefaultBLAS()
 	var avail C.bool
 	if C.spx_gpu_available(&avail) == 0 {
 		gpuAvailable = bool(avail)

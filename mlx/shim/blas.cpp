@@ -20,9 +20,6 @@
 #include <mutex>
 #include <string>
 
-#define SPX_STR2(x) #x
-#define SPX_STR(x) SPX_STR2(x)
-
 namespace {
 
 using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int,
@@ -41,6 +38,9 @@ struct blas_table {
 
 blas_table table;
 std::once_flag table_once;
+// default_path is the OpenBLAS the Go side found (spx_blas_set_default); it
+// is used when SPECULA_BLAS is unset.
+std::string default_path;
 
 void* sym(void* lib, const char* prefixed, const char* plain) {
   void* p = dlsym(lib, prefixed);
@@ -53,11 +53,9 @@ void load_table() {
   if (env != nullptr && std::strcmp(env, "reference") != 0) {
     path = env;
   }
-#ifdef SPX_SRCDIR
   if (env == nullptr) {
-    path = std::string(SPX_STR(SPX_SRCDIR)) + "/../.deps/openblas/libscipy_openblas.so";
+    path = default_path;
   }
-#endif
   if (!path.empty()) {
     if (void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
       table.sgemm = reinterpret_cast<sgemm_fn>(sym(lib, "scipy_cblas_sgemm", "cblas_sgemm"));
@@ -100,6 +98,12 @@ void cblas_cgemm(int order, int ta, int tb, int m, int n, int k, const void* alp
                  const void* a, int lda, const void* b, int ldb, const void* beta,
                  void* c, int ldc) {
   blas().cgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// spx_blas_set_default names the OpenBLAS library to load when SPECULA_BLAS
+// is unset. It takes effect only before the first CPU matmul.
+void spx_blas_set_default(const char* path) {
+  default_path = path != nullptr ? path : "";
 }
 
 // spx_blas_name says which BLAS serves the CPU matmuls.
