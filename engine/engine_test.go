@@ -193,3 +193,62 @@ func TestWeightlessBuiltInDraftReportsItsMissingTensors(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// Sampling settings that leave one candidate (top-k 1, min-p 1, a tiny
+// top-p, a temperature so small that x/T overflows float32) are valid, and
+// then speculative and plain decoding both give the target's greedy tokens
+// (transformers' greedy_ids): the target distribution is one-hot, so every
+// draft but the greedy token is rejected and the residual is the greedy
+// token. top-p 1 is top-p off: the same seed gives the same tokens.
+func TestDegenerateSamplingEqualsGreedy(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	f := func(x float32) *float32 { return &x }
+	k1 := 1
+	seed := uint64(3)
+	cases := []struct {
+		name string
+		req  engine.Request
+	}{
+		{"top-k 1", engine.Request{Temperature: f(0.8), TopK: &k1}},
+		{"min-p 1", engine.Request{Temperature: f(1.5), MinP: f(1)}},
+		{"top-p 1e-6", engine.Request{Temperature: f(0.7), TopP: f(1e-6)}},
+		{"temperature 1e-30", engine.Request{Temperature: f(1e-30)}},
+		{"temperature 1e-45", engine.Request{Temperature: f(1e-45)}},
+		{"temperature 1e-45 with top-k 3", engine.Request{Temperature: f(1e-45), TopK: &[]int{3}[0]}},
+	}
+	engines := map[string]*engine.Engine{"plain": load(t, writeManifest(t, "", ""))}
+	for _, draft := range []string{"dflash-tiny", "dflash2-tiny"} {
+		engines[draft] = load(t, writeManifest(t, draft, "[speculation]\nmax_depth = 7\n"))
+	}
+	for _, c := range cases {
+		for name, e := range engines {
+			for _, seeded := range []bool{false, true} {
+				req := c.req
+				req.IDs, req.MaxTokens = ref.PromptIDs, len(ref.GreedyIDs)
+				if seeded {
+					req.Seed = &seed
+				}
+				resp, err := e.Generate(context.Background(), req, nil)
+				if err != nil {
+					t.Fatalf("%s, %s: %v", c.name, name, err)
+				}
+				if !slices.Equal(resp.IDs, ref.GreedyIDs) {
+					t.Errorf("%s, %s (seeded %v): %v, want the greedy %v", c.name, name, seeded, resp.IDs, ref.GreedyIDs)
+				}
+			}
+		}
+	}
+	for name, e := range engines {
+		var got [2][]int32
+		for i, topP := range []*float32{nil, f(1)} {
+			resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: 12, Temperature: f(1), TopP: topP, Seed: &seed}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = resp.IDs
+		}
+		if !slices.Equal(got[0], got[1]) {
+			t.Errorf("%s: top-p 1 gave %v, no top-p %v", name, got[1], got[0])
+		}
+	}
+}

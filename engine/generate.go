@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -15,7 +16,9 @@ import (
 )
 
 // Request is one generation request. Zero values take the manifest's
-// [sampling] defaults, then the built-in ones (greedy, 256 tokens).
+// [sampling] defaults, then the built-in ones (greedy, 256 tokens). Validate
+// says whether its settings are in range; Generate refuses a request that is
+// not.
 type Request struct {
 	// Prompt is text to encode with the target's tokenizer; ignored when
 	// IDs is set.
@@ -23,16 +26,24 @@ type Request struct {
 	// IDs is the prompt as token ids.
 	IDs []int32
 
-	// MaxTokens bounds the generated tokens (0: default).
+	// MaxTokens bounds the generated tokens: 0 takes the default,
+	// MaxTokensUntilDone (-1) generates until a stop or the end of the
+	// target's context (max_position_embeddings).
 	MaxTokens int
-	// Temperature, TopK, TopP, MinP, penalties and seed override the
-	// manifest's defaults when set (non-nil). A seeded sampled request runs
-	// at a fixed draft depth, so the same seed reproduces the same tokens.
-	Temperature *float32
-	TopK        *int
-	TopP        *float32
-	MinP        *float32
-	Seed        *uint64
+	// Temperature, TopK, TopP, MinP, the penalties and Seed override the
+	// manifest's defaults when set (non-nil); their ranges and meanings are
+	// package sample's (sample.Options, sample.CheckTemperature, ...). A
+	// seeded sampled request runs at a fixed draft depth, so the same seed
+	// reproduces the same tokens.
+	Temperature      *float32
+	TopK             *int
+	TopP             *float32
+	MinP             *float32
+	RepeatPenalty    *float32
+	PresencePenalty  *float32
+	FrequencyPenalty *float32
+	RepeatLastN      *int
+	Seed             *uint64
 
 	// StopIDs end generation like EOS (not emitted).
 	StopIDs []int32
@@ -47,6 +58,64 @@ type Request struct {
 	// speculation.Oracle); FixedDepth > 0 pins the depth.
 	Drafter    speculation.Drafter
 	FixedDepth int
+}
+
+// MaxTokensUntilDone is the Request.MaxTokens that generates until a stop or
+// the end of the target's context (ollama's num_predict = -1).
+const MaxTokensUntilDone = sample.MaxTokensUntilDone
+
+// FieldError is the error Validate returns: the setting (named as manifests
+// name it: "temperature", "top_p", "max_tokens", "stop", ...), its value,
+// and what range is valid. The command line and the HTTP APIs map Field to
+// their own spelling of the setting and word the message with Reason.
+type FieldError = sample.FieldError
+
+// Validate checks every setting the request sets against the ranges
+// manifests use (package sample's Check functions) and returns a
+// *FieldError for the first one out of range. Values it accepts mean the
+// same for speculative and plain decoding. Prompt ids and stop ids are
+// checked against the vocabulary by Generate, which knows the target.
+func (r Request) Validate() error {
+	var errs []error
+	if r.MaxTokens != 0 {
+		errs = append(errs, sample.CheckMaxTokens(r.MaxTokens))
+	}
+	if r.Temperature != nil {
+		errs = append(errs, sample.CheckTemperature(*r.Temperature))
+	}
+	if r.TopK != nil {
+		errs = append(errs, sample.CheckTopK(*r.TopK))
+	}
+	if r.TopP != nil {
+		errs = append(errs, sample.CheckTopP(*r.TopP))
+	}
+	if r.MinP != nil {
+		errs = append(errs, sample.CheckMinP(*r.MinP))
+	}
+	if r.RepeatPenalty != nil {
+		errs = append(errs, sample.CheckRepeatPenalty(*r.RepeatPenalty))
+	}
+	if r.PresencePenalty != nil {
+		errs = append(errs, sample.CheckPresencePenalty(*r.PresencePenalty))
+	}
+	if r.FrequencyPenalty != nil {
+		errs = append(errs, sample.CheckFrequencyPenalty(*r.FrequencyPenalty))
+	}
+	if r.RepeatLastN != nil {
+		errs = append(errs, sample.CheckRepeatLastN(*r.RepeatLastN))
+	}
+	for _, id := range r.StopIDs {
+		errs = append(errs, sample.CheckStopID(id, 0))
+	}
+	for _, s := range r.StopStrings {
+		errs = append(errs, sample.CheckStopString(s))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Token is one streamed token: its id and the text it completes (may be ""
@@ -98,6 +167,9 @@ var errStop = errors.New("stop string")
 // the partial response; the caches are released either way.
 func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) error) (*Response, error) {
 	start := time.Now()
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
 	prompt := req.IDs
 	if len(prompt) == 0 {
 		if e.tok == nil {
@@ -108,13 +180,20 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		}
 		prompt = e.tok.Tokenizer.Encode(req.Prompt, tokenizer.EncodeOptions{})
 	}
-	vocab := e.target.Info().VocabSize
+	info := e.target.Info()
+	vocab := info.VocabSize
 	for i, id := range prompt {
 		if id < 0 || (vocab > 0 && int(id) >= vocab) {
 			return nil, fmt.Errorf("prompt token %d at position %d is outside the vocabulary [0, %d)", id, i, vocab)
 		}
 	}
+	for _, id := range req.StopIDs {
+		if err := sample.CheckStopID(id, vocab); err != nil {
+			return nil, err
+		}
+	}
 	opts, budget := e.sampling(req)
+	budget = e.budget(budget, len(prompt), info.ContextLength)
 	eos := slices.Concat(e.eos, req.StopIDs)
 	for _, id := range e.plan.Sampling.StopTokens {
 		eos = append(eos, int32(id))
@@ -223,7 +302,8 @@ func stopAt(text string, stops []string) (int, bool) {
 	return best, best >= 0
 }
 
-// sampling merges the request over the manifest's defaults.
+// sampling merges the request over the manifest's defaults. The budget it
+// returns may be MaxTokensUntilDone; see budget.
 func (e *Engine) sampling(req Request) (sample.Options, int) {
 	m := e.plan.Sampling
 	var o sample.Options
@@ -274,8 +354,41 @@ func (e *Engine) sampling(req Request) (sample.Options, int) {
 	if req.Seed != nil {
 		o.Seed, o.UseSeed = *req.Seed, true
 	}
-	if req.MaxTokens > 0 {
+	if req.RepeatPenalty != nil {
+		o.RepeatPenalty = *req.RepeatPenalty
+	}
+	if req.PresencePenalty != nil {
+		o.PresencePenalty = *req.PresencePenalty
+	}
+	if req.FrequencyPenalty != nil {
+		o.FrequencyPenalty = *req.FrequencyPenalty
+	}
+	if req.RepeatLastN != nil {
+		o.RepeatLastN = *req.RepeatLastN
+	}
+	if req.MaxTokens != 0 {
 		budget = req.MaxTokens
 	}
 	return o, budget
+}
+
+// budget turns the merged max_tokens into the number of tokens to generate
+// after a prompt of n tokens, on a target trained for ctxLen positions (0:
+// unknown). MaxTokensUntilDone fills the context (or, with no known context,
+// runs until a stop). A budget that runs past the context is kept (the
+// positions exist; quality may drop) with a warning.
+func (e *Engine) budget(maxTokens, n, ctxLen int) int {
+	switch {
+	case maxTokens == MaxTokensUntilDone && ctxLen == 0:
+		return math.MaxInt
+	case maxTokens == MaxTokensUntilDone:
+		if n >= ctxLen {
+			e.log.Warn(fmt.Sprintf("the prompt (%d tokens) fills the target's context of %d positions (max_position_embeddings): max_tokens = -1 leaves nothing to generate", n, ctxLen))
+			return 0
+		}
+		return ctxLen - n
+	case ctxLen > 0 && n+maxTokens > ctxLen:
+		e.log.Warn(fmt.Sprintf("the prompt (%d tokens) plus max_tokens (%d) exceed the target's context of %d positions (max_position_embeddings): output past position %d may degrade", n, maxTokens, ctxLen, ctxLen))
+	}
+	return maxTokens
 }

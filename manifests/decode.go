@@ -20,6 +20,7 @@ import (
 
 	"github.com/specula-dev/specula/model"
 	"github.com/specula-dev/specula/registry"
+	"github.com/specula-dev/specula/sample"
 )
 
 // MaxSize bounds a manifest file: real ones are a few hundred bytes.
@@ -414,36 +415,17 @@ func (d *decoder) speculation(line int, prims map[string]toml.Primitive) error {
 
 func (d *decoder) sampling(line int, prims map[string]toml.Primitive) error {
 	s := &d.m.Sampling
-	finite := func(float64) *problem { return nil }
+	// The ranges are package sample's, shared with the command line and the
+	// HTTP APIs, so a setting means the same and reads the same everywhere.
 	return d.table("sampling", line, prims, []field{
-		{key: "temperature", set: optFloat(&s.Temperature, func(x float64) *problem {
-			if x < 0 {
-				return valueProblem("= %g is out of range: want >= 0 (0 is greedy)", x)
-			}
-			return nil
-		})},
-		{key: "top_k", set: optInt(&s.TopK, 0, math.MaxInt32, " (0 disables top-k)")},
-		{key: "top_p", set: optFloat(&s.TopP, func(x float64) *problem {
-			if x <= 0 || x > 1 {
-				return valueProblem("= %g is out of range: want 0 < top_p <= 1 (1 disables top-p)", x)
-			}
-			return nil
-		})},
-		{key: "min_p", set: optFloat(&s.MinP, func(x float64) *problem {
-			if x < 0 || x >= 1 {
-				return valueProblem("= %g is out of range: want 0 <= min_p < 1 (0 disables min-p)", x)
-			}
-			return nil
-		})},
-		{key: "repeat_penalty", set: optFloat(&s.RepeatPenalty, func(x float64) *problem {
-			if x <= 0 {
-				return valueProblem("= %g is out of range: want > 0 (1 disables it)", x)
-			}
-			return nil
-		})},
-		{key: "presence_penalty", set: optFloat(&s.PresencePenalty, finite)},
-		{key: "frequency_penalty", set: optFloat(&s.FrequencyPenalty, finite)},
-		{key: "repeat_last_n", set: optInt(&s.RepeatLastN, -1, math.MaxInt32, " (-1 = the whole context, 0 disables penalties)")},
+		{key: "temperature", set: optFloat(&s.Temperature, sample.CheckTemperature[float64])},
+		{key: "top_k", set: optInt(&s.TopK, sample.CheckTopK[int64])},
+		{key: "top_p", set: optFloat(&s.TopP, sample.CheckTopP[float64])},
+		{key: "min_p", set: optFloat(&s.MinP, sample.CheckMinP[float64])},
+		{key: "repeat_penalty", set: optFloat(&s.RepeatPenalty, sample.CheckRepeatPenalty[float64])},
+		{key: "presence_penalty", set: optFloat(&s.PresencePenalty, sample.CheckPresencePenalty[float64])},
+		{key: "frequency_penalty", set: optFloat(&s.FrequencyPenalty, sample.CheckFrequencyPenalty[float64])},
+		{key: "repeat_last_n", set: optInt(&s.RepeatLastN, sample.CheckRepeatLastN[int64])},
 		{key: "seed", set: func(v any, _ toml.Primitive) error {
 			n, ok := v.(int64)
 			if !ok {
@@ -452,9 +434,19 @@ func (d *decoder) sampling(line int, prims map[string]toml.Primitive) error {
 			s.Seed = &n
 			return nil
 		}},
-		{key: "max_tokens", set: optInt(&s.MaxTokens, 1, math.MaxInt32, "")},
+		{key: "max_tokens", set: optInt(&s.MaxTokens, sample.CheckMaxTokens[int64])},
 		{key: "stop", set: stopList(s)},
 	})
+}
+
+// settingProblem turns a package sample range error into the manifest's
+// words: "[sampling] top_p = 2 is out of range: want ...".
+func settingProblem(err error) *problem {
+	var fe *sample.FieldError
+	if errors.As(err, &fe) {
+		return valueProblem("= %s %s", fe.Value, fe.Reason(fe.Field))
+	}
+	return valueProblem("%v", err)
 }
 
 // Setters. Each returns a field.set that type-checks the decoded value,
@@ -504,20 +496,25 @@ func integer(dst *int, lo, hi int64, note string) func(any, toml.Primitive) erro
 	}
 }
 
-func optInt(dst **int, lo, hi int64, note string) func(any, toml.Primitive) error {
-	return func(v any, p toml.Primitive) error {
-		var n int
-		if err := integer(&n, lo, hi, note)(v, p); err != nil {
-			return err
+// optInt accepts TOML integers that check accepts.
+func optInt(dst **int, check func(int64) error) func(any, toml.Primitive) error {
+	return func(v any, _ toml.Primitive) error {
+		n, ok := v.(int64)
+		if !ok {
+			return typeProblem("an integer", v)
 		}
-		*dst = &n
+		if err := check(n); err != nil {
+			return settingProblem(err)
+		}
+		i := int(n)
+		*dst = &i
 		return nil
 	}
 }
 
-// optFloat accepts TOML floats and integers (temperature = 1), refuses NaN
-// and infinities, and applies check.
-func optFloat(dst **float64, check func(float64) *problem) func(any, toml.Primitive) error {
+// optFloat accepts TOML floats and integers (temperature = 1) that check
+// accepts (the checks refuse NaN and infinities).
+func optFloat(dst **float64, check func(float64) error) func(any, toml.Primitive) error {
 	return func(v any, _ toml.Primitive) error {
 		var x float64
 		switch n := v.(type) {
@@ -528,11 +525,8 @@ func optFloat(dst **float64, check func(float64) *problem) func(any, toml.Primit
 		default:
 			return typeProblem("a number", v)
 		}
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return valueProblem("= %g is not a finite number", x)
-		}
-		if p := check(x); p != nil {
-			return p
+		if err := check(x); err != nil {
+			return settingProblem(err)
 		}
 		*dst = &x
 		return nil
@@ -635,13 +629,13 @@ func stopList(s *Sampling) func(any, toml.Primitive) error {
 		for i, e := range list {
 			switch x := e.(type) {
 			case int64:
-				if x < 0 || x > math.MaxInt32 {
-					return valueProblem("[%d] = %d is not a token id: want 0 <= id < the vocabulary size", i, x)
+				if err := sample.CheckStopID(x, 0); err != nil {
+					return valueProblem("[%d] = %d %s", i, x, err.(*sample.FieldError).Reason("stop"))
 				}
 				tokens = append(tokens, int(x))
 			case string:
-				if x == "" {
-					return valueProblem("[%d] is an empty string; a stop string needs at least one character", i)
+				if err := sample.CheckStopString(x); err != nil {
+					return valueProblem("[%d] %s", i, err.(*sample.FieldError).Reason("stop"))
 				}
 				texts = append(texts, x)
 			default:

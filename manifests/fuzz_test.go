@@ -138,7 +138,7 @@ func checkAccepted(t *testing.T, m *manifests.Manifest) {
 	any := func(float64) bool { return true }
 	finite("temperature", sp.Temperature, func(x float64) bool { return x >= 0 })
 	finite("top_p", sp.TopP, func(x float64) bool { return x > 0 && x <= 1 })
-	finite("min_p", sp.MinP, func(x float64) bool { return x >= 0 && x < 1 })
+	finite("min_p", sp.MinP, func(x float64) bool { return x >= 0 && x <= 1 })
 	finite("repeat_penalty", sp.RepeatPenalty, func(x float64) bool { return x > 0 })
 	finite("presence_penalty", sp.PresencePenalty, any)
 	finite("frequency_penalty", sp.FrequencyPenalty, any)
@@ -148,7 +148,7 @@ func checkAccepted(t *testing.T, m *manifests.Manifest) {
 	if sp.RepeatLastN != nil && *sp.RepeatLastN < -1 {
 		fail("repeat_last_n %d", *sp.RepeatLastN)
 	}
-	if sp.MaxTokens != nil && *sp.MaxTokens < 1 {
+	if sp.MaxTokens != nil && *sp.MaxTokens < 1 && *sp.MaxTokens != -1 {
 		fail("max_tokens %d", *sp.MaxTokens)
 	}
 	for _, id := range sp.StopTokens {

@@ -39,11 +39,16 @@ type Batch struct {
 	Hidden *mlx.Array
 }
 
-// Info describes the sizes a draft is checked against.
+// Info describes the sizes a draft is checked against, and the context a
+// request may fill.
 type Info struct {
 	HiddenSize int // H
 	VocabSize  int // V, the width of the logits
 	NumLayers  int // decoder layers
+	// ContextLength is the number of positions the model was trained for
+	// (config.json's max_position_embeddings); 0 when unknown. Generation
+	// beyond it is allowed but may degrade.
+	ContextLength int
 }
 
 // Model is a target: a decoder that turns token ids into logits.

@@ -121,9 +121,9 @@ func (s *Sampler) Choose(ids, scores *mlx.Array) (tokens, probs *mlx.Array) {
 		hot := mlx.Equal(mlx.Reshape(mlx.Arange(0, float64(k), 1, mlx.Int32), 1, k), mlx.ExpandDims(j, 1))
 		return pick(ids, j), mlx.AsType(hot, mlx.Float32)
 	}
-	scaled := mlx.Divide(x, f32(s.opts.Temperature))
-	j := mlx.RandomCategorical(mlx.RandomKey(key), scaled, 1)
-	return pick(ids, j), mlx.Softmax(scaled, true, 1)
+	z := scaled(x, s.opts.Temperature)
+	j := mlx.RandomCategorical(mlx.RandomKey(key), z, 1)
+	return pick(ids, j), mlx.Softmax(z, true, 1)
 }
 
 // pick returns ids[r, j[r]] as int32 [R] for ids [R,K] and column indices j [R].

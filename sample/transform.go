@@ -42,7 +42,7 @@ func transform(x *mlx.Array, o Options) Distribution {
 		d.IDs = mlx.AsType(top, mlx.Int32)
 		x = mlx.TakeAlongAxis(x, top, 1)
 	}
-	p := mlx.Softmax(mlx.Divide(x, f32(o.Temperature)), true, 1)
+	p := mlx.Softmax(scaled(x, o.Temperature), true, 1)
 	if o.topPOn() {
 		p = topP(p, o.TopP)
 	}
@@ -54,6 +54,16 @@ func transform(x *mlx.Array, o Options) Distribution {
 	}
 	d.Probs = p
 	return d
+}
+
+// scaled returns the logits x [R,K] divided by the temperature t > 0, as
+// (x − max x)/t row by row: the same softmax as x/t, but no temperature,
+// however small, overflows it. A row's best logits stay exactly 0, also
+// when t is a subnormal that the device flushes to zero, so a tiny
+// temperature gives the one-hot (greedy) distribution instead of NaN.
+func scaled(x *mlx.Array, t float32) *mlx.Array {
+	d := mlx.Subtract(x, mlx.Max(x, true, 1))
+	return mlx.Where(mlx.Equal(d, f32(0)), f32(0), mlx.Divide(d, f32(t)))
 }
 
 // topP zeroes the probabilities [R,K] of ids that top-p drops. An id is kept

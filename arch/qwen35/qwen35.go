@@ -82,7 +82,7 @@ func (m *Model) DType() mlx.DType { return m.dtype }
 
 // Info returns the sizes a draft is checked against.
 func (m *Model) Info() model.Info {
-	return model.Info{HiddenSize: m.cfg.HiddenSize, VocabSize: m.cfg.VocabSize, NumLayers: m.cfg.NumLayers}
+	return model.Info{HiddenSize: m.cfg.HiddenSize, VocabSize: m.cfg.VocabSize, NumLayers: m.cfg.NumLayers, ContextLength: m.cfg.MaxPositions}
 }
 
 // NumLayers is the number of decoder layers.

@@ -65,8 +65,12 @@ func runBench(e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "specula bench: -m MANIFEST is required")
 		return exitUsage
 	}
-	if g.maxTokens == 0 {
-		g.maxTokens = 64
+	if !g.maxTokens.set {
+		g.maxTokens.v, g.maxTokens.set = 64, true
+	}
+	base, valid := g.request(e, "bench")
+	if !valid {
+		return exitUsage
 	}
 	if *repeats < 1 || *warmup < 0 {
 		fmt.Fprintln(e.stderr, "specula bench: --repeats must be >= 1 and --warmup >= 0")
@@ -95,12 +99,12 @@ func runBench(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "bench", err)
 	}
-	b := &bencher{ctx: ctx, eng: eng, base: g.request(), prompts: prompts, repeats: *repeats, warmup: *warmup, log: e.stderr, quiet: *quiet || bar == nil || !bar.tty}
+	b := &bencher{ctx: ctx, eng: eng, base: base, prompts: prompts, repeats: *repeats, warmup: *warmup, log: e.stderr, quiet: *quiet || bar == nil || !bar.tty}
 	if *oracle {
 		zero := float32(0)
 		b.base.Temperature = &zero
 	}
-	res := benchResult{Manifest: g.manifest, Prompts: len(prompts), Repeats: *repeats, MaxTokens: g.maxTokens, Date: time.Now().UTC().Format(time.RFC3339)}
+	res := benchResult{Manifest: g.manifest, Prompts: len(prompts), Repeats: *repeats, MaxTokens: g.maxTokens.v, Date: time.Now().UTC().Format(time.RFC3339)}
 	res.Plain, err = b.mode("plain", func(r *engine.Request, _ int) { r.NoDraft = true })
 	if err != nil {
 		return fail(e, "bench", err)

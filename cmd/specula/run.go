@@ -28,7 +28,7 @@ func init() {
 // genFlags are the generation flags shared by run and bench.
 type genFlags struct {
 	manifest    string
-	maxTokens   int
+	maxTokens   optInt
 	temperature optFloat
 	topK        optInt
 	topP        optFloat
@@ -40,22 +40,34 @@ type genFlags struct {
 
 func (g *genFlags) register(fs *flag.FlagSet) {
 	g.temperature, g.topP, g.minP = newOptFloat(), newOptFloat(), newOptFloat()
-	g.topK, g.seed = newOptInt(), newOptUint()
+	g.maxTokens, g.topK, g.seed = newOptInt(), newOptInt(), newOptUint()
 	fs.StringVar(&g.manifest, "m", "", "manifest `file` (required)")
 	fs.StringVar(&g.manifest, "manifest", "", "manifest `file` (same as -m)")
-	fs.IntVar(&g.maxTokens, "max-tokens", 0, "generate at most `n` tokens (default: the manifest's max_tokens, else 256)")
-	fs.Var(&g.temperature, "temperature", "sampling temperature; 0 is greedy (default: the manifest's, else 0)")
-	fs.Var(&g.topK, "top-k", "keep the k most likely tokens (0: off)")
-	fs.Var(&g.topP, "top-p", "nucleus sampling threshold (1: off)")
-	fs.Var(&g.minP, "min-p", "drop tokens below min-p × the top probability (0: off)")
+	fs.Var(&g.maxTokens, "max-tokens", "generate at most `n` tokens; -1: until a stop or the end of the context (default: the manifest's max_tokens, else 256)")
+	fs.Var(&g.temperature, "temperature", "sampling temperature, >= 0; 0 is greedy (default: the manifest's, else 0)")
+	fs.Var(&g.topK, "top-k", "keep the k most likely tokens, >= 0 (0: off)")
+	fs.Var(&g.topP, "top-p", "nucleus sampling threshold, 0 < top-p <= 1 (1: off)")
+	fs.Var(&g.minP, "min-p", "drop tokens below min-p × the top probability, 0 <= min-p <= 1 (0: off)")
 	fs.Var(&g.seed, "seed", "random seed for reproducible sampling")
 	fs.BoolVar(&g.noDraft, "no-draft", false, "decode plainly, without the draft")
 	fs.Var(&g.stops, "stop", "stop at this `text` (repeatable)")
 	addPluginDirFlag(fs)
 }
 
-func (g *genFlags) request() engine.Request {
-	r := engine.Request{MaxTokens: g.maxTokens, NoDraft: g.noDraft, StopStrings: g.stops}
+// request returns the engine request the flags describe, checked by
+// engine.Request.Validate: a setting out of range is reported on stderr as a
+// usage error naming its flag (ok false).
+func (g *genFlags) request(e *env, cmd string) (r engine.Request, ok bool) {
+	r = engine.Request{NoDraft: g.noDraft, StopStrings: g.stops}
+	if g.maxTokens.set {
+		r.MaxTokens = g.maxTokens.v
+		if r.MaxTokens == 0 {
+			// 0 means "the default" in a Request; on the command line it
+			// can only be a mistake.
+			fmt.Fprintf(e.stderr, "specula %s: --max-tokens 0 generates nothing: want >= 1, or -1 to generate until a stop or the end of the context\n", cmd)
+			return r, false
+		}
+	}
 	if g.temperature.set {
 		v := float32(g.temperature.v)
 		r.Temperature = &v
@@ -74,7 +86,19 @@ func (g *genFlags) request() engine.Request {
 	if g.seed.set {
 		r.Seed = &g.seed.v
 	}
-	return r
+	if err := r.Validate(); err != nil {
+		var fe *engine.FieldError
+		if !errors.As(err, &fe) {
+			fmt.Fprintf(e.stderr, "specula %s: %v\n", cmd, err)
+			return r, false
+		}
+		// Settings are named as manifests name them; a flag's name is the
+		// same with dashes.
+		name := strings.ReplaceAll(fe.Field, "_", "-")
+		fmt.Fprintf(e.stderr, "specula %s: --%s %s %s\n", cmd, name, fe.Value, fe.Reason(name))
+		return r, false
+	}
+	return r, true
 }
 
 func runRun(e *env, args []string) int {
@@ -100,7 +124,10 @@ func runRun(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "specula run: one prompt argument expected, got %d (quote the prompt)\n", len(pos))
 		return exitUsage
 	}
-	req := g.request()
+	req, valid := g.request(e, "run")
+	if !valid {
+		return exitUsage
+	}
 	prompt := ""
 	if len(pos) == 1 {
 		prompt = pos[0]
