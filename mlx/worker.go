@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -114,20 +115,47 @@ func runJob(j *job) {
 	j.err = withScope(j.fn)
 }
 
+// DeviceEnv is the environment variable that picks the device: "cpu", or
+// "gpu" (also "cuda"), in any case. Unset or empty: the GPU when the build
+// has one.
+const DeviceEnv = "SPECULA_DEVICE"
+
+// deviceFromEnv reads DeviceEnv; set is false when it is unset, empty or
+// not a device name (err then says so).
+func deviceFromEnv() (d Device, set bool, err error) {
+	v := os.Getenv(DeviceEnv)
+	switch strings.ToLower(v) {
+	case "":
+		return GPU, false, nil
+	case "cpu":
+		return CPU, true, nil
+	case "gpu", "cuda":
+		return GPU, true, nil
+	}
+	return GPU, false, fmt.Errorf("%s=%q is not a device (cpu or gpu): using the default, the GPU when this build has one", DeviceEnv, v)
+}
+
+// CheckDeviceEnv returns an error when DeviceEnv holds something other than
+// a device name, which the worker ignores; programs report it to the user.
+func CheckDeviceEnv() error {
+	_, _, err := deviceFromEnv()
+	return err
+}
+
 func initDevice() {
 	setDefaultBLAS()
 	var avail C.bool
 	if C.spx_gpu_available(&avail) == 0 {
 		gpuAvailable = bool(avail)
 	}
-	want := GPU
-	switch strings.ToLower(os.Getenv("SPECULA_DEVICE")) {
-	case "cpu":
-		want = CPU
-	case "gpu", "cuda":
+	want, set, _ := deviceFromEnv() // a bad value is the program's to report (CheckDeviceEnv)
+	if !set {
 		want = GPU
 	}
 	if want == GPU && !gpuAvailable {
+		if set {
+			slog.Warn(DeviceEnv + "=" + os.Getenv(DeviceEnv) + " asks for the GPU, but this MLX build has none: running on the CPU (for NVIDIA GPUs, build with `MLX_BACKEND=cuda make deps`)")
+		}
 		want = CPU
 	}
 	if err := setDevice(want); err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -51,6 +53,67 @@ func TestE2ESamplingFlagsAreValidated(t *testing.T) {
 			if code != 0 || strings.TrimSpace(stdout) != strings.Join(strings.Split(joinIDs(greedy), ","), " ") {
 				t.Fatalf("%v: exit %d, stdout %q (want the greedy %v)\n%s", args, code, stdout, greedy, stderr)
 			}
+		}
+	}
+}
+
+// --help prints every subcommand's usage once, on stdout, exit 0; a bad
+// flag gives its cause and a pointer to --help, two lines on stderr, exit 2.
+func TestE2EHelpAndBadFlags(t *testing.T) {
+	for name := range commands {
+		t.Run(name, func(t *testing.T) {
+			stdout, stderr, code := execSpecula(t, name, "--help")
+			if code != 0 || stderr != "" || strings.Count(stdout, "Usage") != 1 || !strings.Contains(stdout, "specula "+name) {
+				t.Fatalf("%s --help: exit %d, stdout:\n%s\nstderr:\n%s", name, code, stdout, stderr)
+			}
+			stdout, stderr, code = execSpecula(t, name, "--no-such-flag")
+			want := "specula " + name + ": flag provided but not defined: -no-such-flag\nsee 'specula " + name + " --help'\n"
+			if code != 2 || stdout != "" || stderr != want {
+				t.Fatalf("%s --no-such-flag: exit %d, stdout %q, stderr %q; want exit 2 and %q", name, code, stdout, stderr, want)
+			}
+		})
+	}
+	stdout, stderr, code := execSpecula(t, "run", "-m", "x.toml", "--temperature", "warm", "--ids", "1")
+	want := "specula run: invalid value \"warm\" for flag -temperature: not a number\nsee 'specula run --help'\n"
+	if code != 2 || stdout != "" || stderr != want {
+		t.Fatalf("--temperature warm: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+	}
+	stdout, stderr, code = execSpecula(t, "help", "run")
+	if code != 0 || stderr != "" || strings.Count(stdout, "Usage") != 1 {
+		t.Fatalf("help run: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// Input that would be ignored without a word is refused (flags) or warned
+// about (environment variables), one line each.
+func TestE2EIgnoredInputIsReported(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-m", m, "--system", "be brief", "hello"}, "specula run: --system and --no-think shape the chat template: add --chat\n"},
+		{[]string{"run", "-m", m, "--no-think", "hello"}, "specula run: --system and --no-think shape the chat template: add --chat\n"},
+		{[]string{"run", "-m", m, "--chat", "--ids", "1,2"}, "specula run: --chat wraps a text prompt in the chat template; it cannot apply to --ids\n"},
+		{[]string{"run", "-m", m, "--plugin-dir", "/nonexistent", "--ids", "1,2"}, "specula run: invalid value \"/nonexistent\" for flag -plugin-dir: no such folder\nsee 'specula run --help'\n"},
+		{[]string{"plugins", "--plugin-dir", "/nonexistent"}, "specula plugins: invalid value \"/nonexistent\" for flag -plugin-dir: no such folder\nsee 'specula plugins --help'\n"},
+	} {
+		stdout, stderr, code := execSpecula(t, c.args...)
+		if code != 2 || stdout != "" || stderr != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	for _, c := range []struct {
+		env, want string
+	}{
+		{"SPECULA_LOG=verbose", "specula: warning: SPECULA_LOG=\"verbose\" is not a level (debug, info, warn or error): using warn\n"},
+		{"SPECULA_DEVICE=bogus", "specula: warning: SPECULA_DEVICE=\"bogus\" is not a device (cpu or gpu): using the default, the GPU when this build has one\n"},
+	} {
+		cmd := exec.Command(specula(t), "archs")
+		cmd.Env = append(os.Environ(), "SPECULA_LOG=warn", c.env)
+		stdout, stderr, code := runCommand(t, cmd)
+		if code != 0 || !strings.Contains(stdout, "Qwen3_5ForConditionalGeneration") || stderr != c.want {
+			t.Errorf("%s specula archs: exit %d, stderr %q; want exit 0 and %q", c.env, code, stderr, c.want)
 		}
 	}
 }

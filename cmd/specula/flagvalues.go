@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -39,14 +40,37 @@ type (
 	optUint  = opt[uint64]
 )
 
+// The parse errors are plain words: the flag package prefixes them with the
+// flag and the value, and strconv's own ("strconv.ParseFloat: parsing ...")
+// would repeat both.
 func newOptFloat() optFloat {
-	return optFloat{parse: func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }}
+	return optFloat{parse: func(s string) (float64, error) {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return 0, errors.New("not a number")
+		}
+		return v, nil
+	}}
 }
 
-func newOptInt() optInt { return optInt{parse: strconv.Atoi} }
+func newOptInt() optInt {
+	return optInt{parse: func(s string) (int, error) {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, errors.New("not an integer")
+		}
+		return v, nil
+	}}
+}
 
 func newOptUint() optUint {
-	return optUint{parse: func(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }}
+	return optUint{parse: func(s string) (uint64, error) {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, errors.New("not an integer from 0 to 18446744073709551615")
+		}
+		return v, nil
+	}}
 }
 
 // stringList is a repeatable string flag.

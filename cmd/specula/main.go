@@ -14,6 +14,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/specula-dev/specula/mlx"
 )
 
 // command is one subcommand of the program.
@@ -49,7 +51,14 @@ const (
 )
 
 func main() {
-	setupLogging(os.Stderr, os.Getenv("SPECULA_LOG"))
+	// Settings in the environment are easy to mistype and persist in a
+	// shell: a bad one is worth one line, not a refusal of every command.
+	if err := setupLogging(os.Stderr, os.Getenv("SPECULA_LOG")); err != nil {
+		fmt.Fprintf(os.Stderr, "specula: warning: %v\n", err)
+	}
+	if err := mlx.CheckDeviceEnv(); err != nil {
+		fmt.Fprintf(os.Stderr, "specula: warning: %v\n", err)
+	}
 	os.Exit(runMain(os.Args[1:]))
 }
 
@@ -63,9 +72,11 @@ func runMain(args []string) int {
 
 // setupLogging sends the libraries' structured logs to w at the level named
 // by SPECULA_LOG ("debug", "info", "warn" (default), "error"): a command's
-// own output stays clean unless the user asks for more.
-func setupLogging(w io.Writer, level string) {
+// own output stays clean unless the user asks for more. It returns an error
+// for a value that is not a level (the default applies).
+func setupLogging(w io.Writer, level string) error {
 	var l slog.Level
+	var err error
 	switch strings.ToLower(level) {
 	case "debug":
 		l = slog.LevelDebug
@@ -73,10 +84,14 @@ func setupLogging(w io.Writer, level string) {
 		l = slog.LevelInfo
 	case "error":
 		l = slog.LevelError
+	case "warn", "warning", "":
+		l = slog.LevelWarn
 	default:
 		l = slog.LevelWarn
+		err = fmt.Errorf("SPECULA_LOG=%q is not a level (debug, info, warn or error): using warn", level)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})))
+	return err
 }
 
 func dispatch(e *env, args []string) int {
@@ -99,8 +114,7 @@ func dispatch(e *env, args []string) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "specula: unknown command %q\n\n", args[0])
-		usage(e.stderr)
+		fmt.Fprintf(e.stderr, "specula: unknown command %q\nsee 'specula --help'\n", args[0])
 		return exitUsage
 	}
 	return c.run(e, args[1:])
@@ -129,13 +143,21 @@ func usage(w io.Writer) {
 }
 
 // newFlags returns a flag set for a subcommand that reports errors instead of
-// exiting, with a usage line shown by --help.
+// exiting. --help prints the usage (synopsis and flags) once, on stdout;
+// after a usage error, fs.Usage() prints only a pointer to --help on stderr,
+// so a mistake costs the user one line of cause and one of hint.
 func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: specula %s %s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+		switch fs.Output() {
+		case io.Discard: // the flag package reporting a parse error: parseFlags words it
+		case e.stdout:
+			fmt.Fprintf(e.stdout, "Usage: specula %s %s\n\nFlags:\n", name, synopsis)
+			fs.PrintDefaults()
+		default:
+			fmt.Fprintf(e.stderr, "see 'specula %s --help'\n", name)
+		}
 	}
 	return fs
 }
@@ -143,16 +165,23 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 // parseFlags parses args into fs, allowing flags after positional arguments
 // (as users of other CLIs expect: `specula run -m x.toml "hi" --json`). It
 // returns the positional arguments, or ok=false with the exit code to use
-// when parsing ended the command (help requested or a usage error). A "--"
-// ends flag parsing.
+// when parsing ended the command: help requested (usage on stdout, 0) or a
+// bad flag (its cause and a pointer to --help on stderr, 2). A "--" ends
+// flag parsing.
 func parseFlags(e *env, fs *flag.FlagSet, args []string) (positional []string, code int, ok bool) {
 	for {
-		if err := fs.Parse(args); err != nil {
+		fs.SetOutput(io.Discard)
+		err := fs.Parse(args)
+		fs.SetOutput(e.stderr)
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.SetOutput(e.stdout)
 				fs.Usage()
+				fs.SetOutput(e.stderr)
 				return nil, exitOK, false
 			}
+			fmt.Fprintf(e.stderr, "specula %s: %v\n", fs.Name(), err)
+			fs.Usage()
 			return nil, exitUsage, false
 		}
 		rest := fs.Args()

@@ -128,6 +128,10 @@ func runRun(e *env, args []string) int {
 	if !valid {
 		return exitUsage
 	}
+	if !*chat && (*system != "" || *noThink) {
+		fmt.Fprintln(e.stderr, "specula run: --system and --no-think shape the chat template: add --chat")
+		return exitUsage
+	}
 	prompt := ""
 	if len(pos) == 1 {
 		prompt = pos[0]
@@ -142,6 +146,10 @@ func runRun(e *env, args []string) int {
 	if *ids != "" {
 		if prompt != "" {
 			fmt.Fprintln(e.stderr, "specula run: give either --ids or a text prompt, not both")
+			return exitUsage
+		}
+		if *chat {
+			fmt.Fprintln(e.stderr, "specula run: --chat wraps a text prompt in the chat template; it cannot apply to --ids")
 			return exitUsage
 		}
 		parsed, err := parseIDs(*ids)
@@ -296,6 +304,11 @@ func pluginDirFlag(fs *flag.FlagSet, add func(dir string)) {
 		func(dir string) error {
 			if dir == "" {
 				return errors.New("empty folder")
+			}
+			// A folder that is not there would be skipped without a word,
+			// and the plugin then reported missing from the other folders.
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return errors.New("no such folder")
 			}
 			add(dir)
 			return nil

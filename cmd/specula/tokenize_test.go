@@ -79,7 +79,7 @@ func TestTokenizeErrors(t *testing.T) {
 		code int
 		want []string // substrings of stderr
 	}{
-		{"no tokenizer flag", []string{"hello"}, exitUsage, []string{"--tokenizer PATH is required", "Usage: specula tokenize"}},
+		{"no tokenizer flag", []string{"hello"}, exitUsage, []string{"--tokenizer PATH is required", "see 'specula tokenize --help'"}},
 		{"no text", []string{"--tokenizer", file}, exitUsage, []string{"want the text"}},
 		{"two texts", []string{"--tokenizer", file, "a", "b"}, exitUsage, []string{"one TEXT"}},
 		{"unknown flag", []string{"--tokenizer", file, "--bogus", "x"}, exitUsage, []string{"bogus"}},
