@@ -13,7 +13,7 @@ import (
 	"github.com/specula-dev/specula/internal/fixtures"
 )
 
-// The shared fixtures were written by transformers / safetensors 0.8.0.
+// The reference fixtures were written by transformers / safetensors 0.8.0.
 // Everything these tests expect comes from the fixtures' own README.md and
 // reference.json, never from our reader.
 

@@ -15,7 +15,7 @@ import (
 	"github.com/specula-dev/specula/registry"
 )
 
-// tinyFixture is ../shared/fixtures/qwen35-tiny: a random 4-layer Qwen3.5
+// tinyFixture is testdata/fixtures/qwen35-tiny: a random 4-layer Qwen3.5
 // (3 delta-net layers, then attention) with transformers' outputs.
 type tinyFixture struct {
 	dir    string

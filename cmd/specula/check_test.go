@@ -31,13 +31,13 @@ func TestCheckFixtureExamples(t *testing.T) {
 		want []string
 	}{
 		{"fixture-dflash.toml", []string{
-			"target       ../../shared/fixtures/qwen35-tiny",
+			"target       ../testdata/fixtures/qwen35-tiny",
 			"  architecture  Qwen3_5ForCausalLM (from config.json, built-in)",
 			"  capabilities  model, draft-target\n",
 			"  dtype         float32",
 			"  config        hidden size 64, 4 layers, vocabulary 512",
 			"  weights       present: model.safetensors (",
-			"draft        ../../shared/fixtures/dflash-tiny",
+			"draft        ../testdata/fixtures/dflash-tiny",
 			"  architecture  DFlashDraftModel (built-in)",
 			"  block         8 positions, mask token 510",
 			"speculation  block drafts, adaptive depth capped at 7",
@@ -142,7 +142,7 @@ func TestCheckWeightsMissingWithConfig(t *testing.T) {
 	// A checkpoint folder with the fixture's config.json but no weights:
 	// everything resolves, and the plan is printed before the error.
 	dir := t.TempDir()
-	cfg, err := os.ReadFile(filepath.Join(examplesDir, "../../shared/fixtures/qwen35-tiny/config.json"))
+	cfg, err := os.ReadFile(filepath.Join(examplesDir, "../testdata/fixtures/qwen35-tiny/config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestCheckWeightsMissingWithConfig(t *testing.T) {
 
 func TestCheckBrokenManifests(t *testing.T) {
 	ensureArchs(t)
-	fixture, err := filepath.Abs(filepath.Join(examplesDir, "../../shared/fixtures"))
+	fixture, err := filepath.Abs(filepath.Join(examplesDir, "../testdata/fixtures"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // generator, so the same options give byte-identical folders.
 //
 // The distributions follow the reference fixtures' recipe
-// (../shared/fixtures/*/README.md): zero-centred norms near 0, projections
+// (testdata/fixtures/*/README.md): zero-centred norms near 0, projections
 // scaled by 1/sqrt(fan_in), so activations stay in a sensible range and
 // greedy argmax decisions are well separated.
 package synth
