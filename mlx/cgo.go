@@ -3,7 +3,7 @@ package mlx
 // The MLX headers and libmlx.so come from the pinned wheel unpacked by
 // `make deps` into .deps/ at the module root. The cblas_* symbols are
 // exported so that MLX's CPU matmuls reach the BLAS chosen in
-// shim/blas.cpp (blas.go tells it where OpenBLAS is). ${SRCDIR} makes the rpath
+// shim/blas.cpp. ${SRCDIR} makes the rpath
 // absolute to this checkout, which suits development and CI; a distributed
 // binary needs an $ORIGIN-relative rpath set by its packaging step.
 

@@ -143,7 +143,6 @@ func CheckDeviceEnv() error {
 }
 
 func initDevice() {
-	setDefaultBLAS()
 	var avail C.bool
 	if C.spx_gpu_available(&avail) == 0 {
 		gpuAvailable = bool(avail)

@@ -8,12 +8,17 @@
 // -rdynamic so that the executable exports them). On first use they load
 // scipy-openblas32 (unpacked by `make deps` into .deps/openblas), whose
 // symbols carry a scipy_ prefix, and fall back to the next definition in the
-// lookup order (the wheel's reference BLAS) when it is absent.
+// lookup order (the wheel's reference BLAS) when it is absent. OpenBLAS is
+// looked for relative to the loaded libmlx.so (<dir>/../../openblas/), which
+// holds in the checkout (.deps/mlx/lib, .deps/openblas) and in an installed
+// or bundled tree (lib/specula/mlx/lib, lib/specula/openblas), so a moved
+// installation keeps it and an installed binary never reaches into a checkout.
 //
 // SPECULA_BLAS=reference keeps the reference BLAS; SPECULA_BLAS=/path/lib.so
 // loads another library exporting scipy_cblas_* (or plain cblas_*) symbols.
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -38,9 +43,23 @@ struct blas_table {
 
 blas_table table;
 std::once_flag table_once;
-// default_path is the OpenBLAS the Go side found (spx_blas_set_default); it
-// is used when SPECULA_BLAS is unset.
-std::string default_path;
+
+// mlx_dir returns the folder of the loaded libmlx.so ("" if none is loaded).
+std::string mlx_dir() {
+  std::string dir;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* out) -> int {
+        const char* name = info->dlpi_name;
+        const char* slash = name ? std::strrchr(name, '/') : nullptr;
+        if (slash == nullptr || std::strcmp(slash + 1, "libmlx.so") != 0) {
+          return 0;
+        }
+        static_cast<std::string*>(out)->assign(name, slash - name);
+        return 1;
+      },
+      &dir);
+  return dir;
+}
 
 void* sym(void* lib, const char* prefixed, const char* plain) {
   void* p = dlsym(lib, prefixed);
@@ -54,7 +73,10 @@ void load_table() {
     path = env;
   }
   if (env == nullptr) {
-    path = default_path;
+    std::string dir = mlx_dir();
+    if (!dir.empty()) {
+      path = dir + "/../../openblas/libscipy_openblas.so";
+    }
   }
   if (!path.empty()) {
     if (void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
@@ -98,12 +120,6 @@ void cblas_cgemm(int order, int ta, int tb, int m, int n, int k, const void* alp
                  const void* a, int lda, const void* b, int ldb, const void* beta,
                  void* c, int ldc) {
   blas().cgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-// spx_blas_set_default names the OpenBLAS library to load when SPECULA_BLAS
-// is unset. It takes effect only before the first CPU matmul.
-void spx_blas_set_default(const char* path) {
-  default_path = path != nullptr ? path : "";
 }
 
 // spx_blas_name says which BLAS serves the CPU matmuls.

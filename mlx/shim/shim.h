@@ -133,9 +133,6 @@ const char* spx_last_error(void);
 const char* spx_version(void);
 /* Names the BLAS serving MLX's CPU matmuls (see blas.cpp). */
 const char* spx_blas_name(void);
-/* Names the OpenBLAS library loaded when SPECULA_BLAS is unset; call before
- * the first CPU matmul. */
-void spx_blas_set_default(const char* path);
 int spx_gpu_available(bool* out);
 int spx_default_stream(spx_stream* out, int device_type);
 int spx_new_stream(spx_stream* out, int device_type);
