@@ -5,8 +5,10 @@
 // implemented; vision and multi-token-prediction weights are skipped.
 //
 // The package registers Qwen3_5ForCausalLM and
-// Qwen3_5ForConditionalGeneration; the MoE variants are registered and fail
-// to construct. A Model implements model.Model and model.DraftTarget.
+// Qwen3_5ForConditionalGeneration. The MoE variants are not registered (the
+// registry, and so `specula archs`, lists only what runs), and a config.json
+// with experts is refused. A Model implements model.Model and
+// model.DraftTarget.
 //
 // Files: config.go reads config.json; weights.go maps checkpoint tensors to
 // the layers and absorbs every checkpoint quirk (prefixes, the (1+w) norm
@@ -29,9 +31,6 @@ import (
 func init() {
 	for _, name := range []string{"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"} {
 		registry.RegisterTarget(name, nil, New)
-	}
-	for _, name := range []string{"Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"} {
-		registry.RegisterTarget(name, nil, func(registry.Config) (*Model, error) { return nil, errMoE })
 	}
 }
 
