@@ -14,6 +14,7 @@ import (
 	_ "github.com/specula-dev/specula/arch/all"
 	"github.com/specula-dev/specula/engine"
 	"github.com/specula-dev/specula/internal/fixtures"
+	"github.com/specula-dev/specula/speculation"
 )
 
 // reference is the part of a fixture's reference.json the tests use.
@@ -250,5 +251,36 @@ func TestDegenerateSamplingEqualsGreedy(t *testing.T) {
 		if !slices.Equal(got[0], got[1]) {
 			t.Errorf("%s: top-p 1 gave %v, no top-p %v", name, got[1], got[0])
 		}
+	}
+}
+
+// A target whose weights are NaN stops the request at the first step with
+// ErrNonFiniteLogits, before any token is emitted, in plain and speculative
+// decoding (it used to emit token 0 forever, every draft "accepted").
+func TestNonFiniteLogitsStopTheRequest(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	dir := fixtures.NaNCopy(t, "qwen35-tiny")
+	for _, draft := range []string{"", "dflash-tiny", "dflash2-tiny"} {
+		t.Run("draft "+draft, func(t *testing.T) {
+			m := writeManifest(t, draft, "")
+			text, err := os.ReadFile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text = []byte(strings.Replace(string(text), fmt.Sprintf("%q", fixtures.Dir(t, "qwen35-tiny")), fmt.Sprintf("%q", dir), 1))
+			if err := os.WriteFile(m, text, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			e := load(t, m)
+			for _, noDraft := range []bool{false, true} {
+				resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: 8, NoDraft: noDraft}, func(engine.Token) error {
+					// Not t.Fatal: this runs on the MLX worker.
+					return errors.New("a token was emitted")
+				})
+				if !errors.Is(err, speculation.ErrNonFiniteLogits) || len(resp.IDs) != 0 {
+					t.Fatalf("no-draft %v: ids %v, err %v; want ErrNonFiniteLogits and nothing emitted", noDraft, resp.IDs, err)
+				}
+			}
+		})
 	}
 }

@@ -43,6 +43,7 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 
 	// 3. Target distributions, row i's penalty history extended by d_0 … d_{i−1}.
 	logits := cfg.Target.Unembed(hidden)
+	probe := s.logitsProbe(logits)
 	p := s.sampler.Distribution(mlx.Reshape(logits, n+1, logits.Dim(-1)), drafts)
 	pd := p.Slice(0, n)
 
@@ -61,10 +62,17 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 		return v, err
 	}
 	t1 := time.Now()
-	if err := mlx.Eval(flags, res, bonus); err != nil {
+	outs := []*mlx.Array{flags, res, bonus}
+	if probe != nil {
+		outs = append(outs, probe)
+	}
+	if err := mlx.Eval(outs...); err != nil {
 		return v, err
 	}
 	t2 := time.Now()
+	if err := checkProbe(probe); err != nil {
+		return v, err
+	}
 	s.roundDraftMS, s.roundVerify = msSince(s.roundBegin, t1), msSince(t1, t2)
 	s.stats.DraftMS += s.roundDraftMS
 	s.stats.VerifyMS += s.roundVerify

@@ -101,6 +101,9 @@ type Session struct {
 	stats   Stats
 	decoder *Decoder
 	closed  bool
+	// logitsChecked is set once the first target logits were probed for
+	// NaN and infinities (logitsProbe).
+	logitsChecked bool
 
 	// Round timing (spec 5.5, 10.1).
 	roundBegin   time.Time

@@ -152,8 +152,9 @@ type plainDecoder struct {
 
 // step forwards tok (a [1] int32 array, host-known or lazy) at pos, reports
 // it to the draft session and samples the next token; chain is tok when the
-// sampler has not seen it yet.
-func (p *plainDecoder) step(tok *mlx.Array, pos int, chain *mlx.Array) *mlx.Array {
+// sampler has not seen it yet. probe is the session's first-logits check
+// (logitsProbe), nil after the first step.
+func (p *plainDecoder) step(tok *mlx.Array, pos int, chain *mlx.Array) (next, probe *mlx.Array) {
 	cfg := &p.s.core.cfg
 	ids := mlx.Reshape(tok, 1, 1)
 	hidden, aux := cfg.Target.Forward(&model.Batch{InputIDs: ids, SeqOffsets: []int{pos}, SeqQueryLens: []int{1}}, cfg.TargetCaches)
@@ -161,27 +162,35 @@ func (p *plainDecoder) step(tok *mlx.Array, pos int, chain *mlx.Array) *mlx.Arra
 		p.s.draft.Committed(ids, aux, pos)
 	}
 	logits := cfg.Target.Unembed(hidden)
-	return p.s.sampler.Sample(mlx.Reshape(logits, 1, logits.Dim(-1)), chain)
+	return p.s.sampler.Sample(mlx.Reshape(logits, 1, logits.Dim(-1)), chain), p.s.logitsProbe(logits)
 }
 
 // next emits one token.
 func (p *plainDecoder) next() (int32, error) {
-	var t *mlx.Array
+	var t, probe *mlx.Array
 	var pos int
 	if !p.started {
 		p.started = true
-		t = p.step(mlx.FromInt32s([]int32{p.current}, 1), p.position, nil)
+		t, probe = p.step(mlx.FromInt32s([]int32{p.current}, 1), p.position, nil)
 		pos = p.position + 1
 	} else {
 		t, pos = p.inflight, p.inflightPos
 	}
-	next := p.step(t, pos, t)
+	next, _ := p.step(t, pos, t)
 	mlx.Pin(next)
 	if p.inflight != nil {
 		mlx.Unpin(p.inflight)
 	}
 	p.inflight, p.inflightPos = next, pos+1
 	_ = mlx.AsyncEval(next)
+	if probe != nil {
+		if err := mlx.Eval(t, probe); err != nil {
+			return 0, err
+		}
+		if err := checkProbe(probe); err != nil {
+			return 0, err
+		}
+	}
 	v, err := t.Int32s()
 	if err != nil {
 		return 0, err
@@ -197,7 +206,10 @@ func (p *plainDecoder) drain() (int32, int, error) {
 		// Parked and resumed without a plain step: nothing in flight, so
 		// sample after current directly.
 		p.started = true
-		t := p.step(mlx.FromInt32s([]int32{p.current}, 1), p.position, nil)
+		t, probe := p.step(mlx.FromInt32s([]int32{p.current}, 1), p.position, nil)
+		if err := checkProbe(probe); err != nil {
+			return 0, 0, err
+		}
 		v, err := t.Int32s()
 		if err != nil {
 			return 0, 0, err
