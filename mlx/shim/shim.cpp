@@ -728,6 +728,60 @@ int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
   SPX_CATCH
 }
 
+int spx_quantize(spx_array* wq, spx_array* scales, spx_array* biases,
+                 spx_array w, int group_size, int bits, const char* mode,
+                 spx_stream s) {
+  SPX_TRY
+  auto parts = mx::quantize(arr(w), group_size, bits, mode, std::nullopt,
+                            stream(s));
+  if (parts.size() < 2 || parts.size() > 3) {
+    throw std::runtime_error("quantize returned an unexpected number of arrays");
+  }
+  assign(wq, std::move(parts[0]));
+  assign(scales, std::move(parts[1]));
+  if (parts.size() == 3) {
+    assign(biases, std::move(parts[2]));
+  }
+  SPX_CATCH
+}
+
+int spx_dequantize(spx_array* out, spx_array w, spx_array scales,
+                   spx_array biases, int group_size, int bits,
+                   const char* mode, int dtype, spx_stream s) {
+  SPX_TRY
+  std::optional<mx::Dtype> dt;
+  if (dtype >= 0) {
+    dt = dtype_of(dtype);
+  }
+  assign(out, mx::dequantize(arr(w), arr(scales), opt(biases), group_size,
+                             bits, mode, std::nullopt, dt, stream(s)));
+  SPX_CATCH
+}
+
+int spx_quantized_matmul(spx_array* out, spx_array x, spx_array w,
+                         spx_array scales, spx_array biases, bool transpose,
+                         int group_size, int bits, const char* mode,
+                         spx_stream s) {
+  SPX_TRY
+  assign(out, mx::quantized_matmul(arr(x), arr(w), arr(scales), opt(biases),
+                                   transpose, group_size, bits, mode,
+                                   stream(s)));
+  SPX_CATCH
+}
+
+int spx_gather_qmm(spx_array* out, spx_array x, spx_array w, spx_array scales,
+                   spx_array biases, spx_array lhs_indices,
+                   spx_array rhs_indices, bool transpose, int group_size,
+                   int bits, const char* mode, bool sorted_indices,
+                   spx_stream s) {
+  SPX_TRY
+  assign(out, mx::gather_qmm(arr(x), arr(w), arr(scales), opt(biases),
+                             opt(lhs_indices), opt(rhs_indices), transpose,
+                             group_size, bits, mode, std::nullopt,
+                             sorted_indices, stream(s)));
+  SPX_CATCH
+}
+
 int spx_cuda_kernel(spx_array* outs, size_t nout, const char* name,
                     const char* source, const char* header,
                     const char* const* input_names, const spx_array* inputs,

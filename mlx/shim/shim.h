@@ -269,6 +269,31 @@ int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
              float scale, const char* mask_mode, spx_array mask,
              spx_array sinks, spx_stream s);
 
+/* ---- quantization ------------------------------------------------------ */
+
+/* Quantizes w along its last axis (mode "affine", "mxfp4", "nvfp4" or
+ * "mxfp8"). Writes the packed uint32 weight and the scales; *biases is left
+ * empty by the modes that have none (all but affine). */
+int spx_quantize(spx_array* wq, spx_array* scales, spx_array* biases,
+                 spx_array w, int group_size, int bits, const char* mode,
+                 spx_stream s);
+/* biases may be empty; dtype < 0 keeps MLX's default (the scales' dtype). */
+int spx_dequantize(spx_array* out, spx_array w, spx_array scales,
+                   spx_array biases, int group_size, int bits,
+                   const char* mode, int dtype, spx_stream s);
+/* x · wᵀ (transpose) or x · w of a quantized w; biases may be empty. */
+int spx_quantized_matmul(spx_array* out, spx_array x, spx_array w,
+                         spx_array scales, spx_array biases, bool transpose,
+                         int group_size, int bits, const char* mode,
+                         spx_stream s);
+/* Quantized matmul with matrix-level gather over stacked weights
+ * [..., E, out, in/pack]; lhs_indices, rhs_indices and biases may be empty. */
+int spx_gather_qmm(spx_array* out, spx_array x, spx_array w, spx_array scales,
+                   spx_array biases, spx_array lhs_indices,
+                   spx_array rhs_indices, bool transpose, int group_size,
+                   int bits, const char* mode, bool sorted_indices,
+                   spx_stream s);
+
 /* ---- compiled functions ------------------------------------------------ */
 
 /* A function compiled by MLX (mx::compile) whose body is a Go function. */
