@@ -208,3 +208,13 @@ func GatherQMM(x, w, scales, biases, lhsIndices, rhsIndices *Array, q Quant, tra
 		return C.spx_gather_qmm(out, x.c, w.c, scales.c, h(biases), h(lhsIndices), h(rhsIndices), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), mode, C.bool(sorted), defaultStream)
 	}, x, w, scales, biases, lhsIndices, rhsIndices)
 }
+
+// GatherMM is the dense counterpart of GatherQMM: a · b with a matrix-level
+// gather of a's batches (lhsIndices) and b's (rhsIndices); either may be nil.
+func GatherMM(a, b, lhsIndices, rhsIndices *Array, sorted bool) *Array {
+	must(a)
+	must(b)
+	return build(func(out *C.spx_array) C.int {
+		return C.spx_gather_mm(out, a.c, b.c, h(lhsIndices), h(rhsIndices), C.bool(sorted), defaultStream)
+	}, a, b, lhsIndices, rhsIndices)
+}

@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 7378c64e16c84f63ee7c789072455d40
+// shim digest: 0e447077f43ef052c2b5554e66d3c099
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"

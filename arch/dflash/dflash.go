@@ -17,10 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 
 	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
 	"github.com/specula-dev/specula/registry"
@@ -39,6 +41,7 @@ func init() {
 // worker.
 type Draft struct {
 	cfg    *Config
+	quant  *loader.Quantization // config.json's quantization section; nil when none
 	dtype  mlx.DType
 	rope   nn.RoPE
 	wrap   Wrapper           // plainSublayers for DFlash itself
@@ -84,7 +87,11 @@ func New(rc registry.Config) (*Draft, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewFromConfig(cfg, rc.DType, nil)
+	d, err := NewFromConfig(cfg, rc.DType, nil)
+	if err != nil {
+		return nil, err
+	}
+	return d, d.ReadQuantization(rc)
 }
 
 // NewFromConfig returns a weightless draft for a parsed config whose
@@ -108,6 +115,21 @@ func NewFromConfig(cfg *Config, dtype mlx.DType, wrap Wrapper) (*Draft, error) {
 
 // Config returns the draft's configuration.
 func (d *Draft) Config() *Config { return d.cfg }
+
+// ReadQuantization reads the quantization section of rc's config.json (an
+// MLX-format quantized draft), used by LoadWeights; a checkpoint without
+// one keeps every layer dense.
+func (d *Draft) ReadQuantization(rc registry.Config) error {
+	q, err := loader.ParseQuantization(filepath.Join(rc.Dir, "config.json"), rc.JSON)
+	if err != nil {
+		return err
+	}
+	d.quant = q
+	return nil
+}
+
+// Quantization returns config.json's quantization section, or nil.
+func (d *Draft) Quantization() *loader.Quantization { return d.quant }
 
 // DType is the compute dtype.
 func (d *Draft) DType() mlx.DType { return d.dtype }
@@ -290,7 +312,7 @@ func (d *Draft) Forward(b *model.Batch, _, caches []cache.Cache) (hidden, aux *m
 	for l := range w.layers {
 		ly := &w.layers[l]
 		attention := func(x *mlx.Array) *mlx.Array { return d.attention(l, ly, x, ctx, s0, caches[l]) }
-		mlp := func(x *mlx.Array) *mlx.Array { return nn.FusedSwiGLU(x, ly.gateUp, ly.down) }
+		mlp := func(x *mlx.Array) *mlx.Array { return nn.SwiGLU(x, ly.gateUp, ly.down) }
 		h = mlx.Add(h, d.wrap.WrapAttention(l, nn.RMSNorm(h, ly.inputNorm, eps), attention))
 		h = mlx.Add(h, d.wrap.WrapMLP(l, nn.RMSNorm(h, ly.postNorm, eps), mlp))
 		if d.trace != nil {
@@ -304,7 +326,7 @@ func (d *Draft) Forward(b *model.Batch, _, caches []cache.Cache) (hidden, aux *m
 // projectContext is hidden_norm(fc(x)) for context features x [1, C, F]:
 // what every layer's k/v projections turn into context keys and values.
 func (d *Draft) projectContext(x *mlx.Array) *mlx.Array {
-	return nn.RMSNorm(nn.Linear(cast(x, d.dtype), d.w.fc, nil), d.w.hiddenNorm, d.cfg.RMSNormEps)
+	return nn.RMSNorm(d.w.fc.Forward(cast(x, d.dtype)), d.w.hiddenNorm, d.cfg.RMSNormEps)
 }
 
 // checkCaches panics, before any cache is touched, unless caches are what
@@ -337,7 +359,7 @@ func (d *Draft) keysValues(ly *layerWeights, x *mlx.Array, first int) (k, v *mlx
 	c := d.cfg
 	// Heads first, then the k | v split: [1, 2·Hkv, L, D] is a free view of
 	// the product, and each half a view of that.
-	kv := mlx.Split(nn.SplitHeads(nn.Linear(x, ly.kv, nil), 2*c.NumKVHeads, c.HeadDim), 1, c.NumKVHeads)
+	kv := mlx.Split(nn.SplitHeads(ly.kv.Forward(x), 2*c.NumKVHeads, c.HeadDim), 1, c.NumKVHeads)
 	k = nn.RMSNorm(kv[0], ly.kNorm, c.RMSNormEps)
 	return d.rope.Apply(k, first), kv[1]
 }
@@ -356,7 +378,7 @@ func (d *Draft) attention(l int, ly *layerWeights, x, ctx *mlx.Array, s0 int, c 
 	}
 	sb := s0 + C // the first block slot
 
-	q := nn.RMSNorm(nn.SplitHeads(nn.Linear(x, ly.q, nil), cfg.NumHeads, cfg.HeadDim), ly.qNorm, cfg.RMSNormEps)
+	q := nn.RMSNorm(nn.SplitHeads(ly.q.Forward(x), cfg.NumHeads, cfg.HeadDim), ly.qNorm, cfg.RMSNormEps)
 	q = d.rope.Apply(q, sb)
 	// Context rows then block rows occupy slots s0 … sb+Lb−1 without a
 	// gap, so one projection of [context; block] gives both.
@@ -369,7 +391,7 @@ func (d *Draft) attention(l int, ly *layerWeights, x, ctx *mlx.Array, s0 int, c 
 	window, causal := cfg.Attention(l)
 	scale := float32(1 / math.Sqrt(float64(cfg.HeadDim)))
 	o := mlx.ScaledDotProductAttention(q, kh, vh, scale, attentionMask(window, causal, slots, sb, Lb))
-	return nn.Linear(nn.MergeHeads(o), ly.o, nil)
+	return ly.o.Forward(nn.MergeHeads(o))
 }
 
 // write appends keys and values [1, Hkv, L, D] to layer l's cache (at s0,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -15,9 +16,11 @@ import (
 
 // This file is the only place that knows how DFlash checkpoints spell their
 // tensors (spec/dflash.md section 4): the names and exact shapes, the
-// `model.` prefix some ports add, and the embedding and head tensors some
-// ports carry although the target's are used. The forward never sees a
-// checkpoint quirk.
+// `model.` prefix some ports add, the embedding and head tensors some ports
+// carry although the target's are used, and quantized layers of MLX
+// conversions (mlx-vlm's module paths are the checkpoint's own names, with
+// <layer>.scales and .biases beside a packed <layer>.weight). The forward
+// never sees a checkpoint quirk.
 
 // storedPrefix is the prefix some ports put on every name; it is stripped.
 const storedPrefix = "model."
@@ -31,22 +34,22 @@ var borrowedPrefixes = []string{
 
 // weights are the bound, pinned tensors of a draft in the compute dtype.
 type weights struct {
-	fc         *mlx.Array // [H, F]
+	fc         *nn.Linear // [H, F]
 	hiddenNorm *mlx.Array // [H], on the projected context
 	norm       *mlx.Array // [H], the final norm
 	layers     []layerWeights
 	all        []*mlx.Array // every pinned array
 }
 
-// Projections that read the same rows are stacked at load (nn.ConcatRows):
+// Projections that read the same rows are stacked at load (nn.ConcatLinear):
 // one product instead of two in every draft forward.
 type layerWeights struct {
 	inputNorm, postNorm *mlx.Array // [H]
-	q, o                *mlx.Array // [Hq·D, H], [H, Hq·D]
-	kv                  *mlx.Array // [2·Hkv·D, H]: k_proj, v_proj
+	q, o                *nn.Linear // [Hq·D, H], [H, Hq·D]
+	kv                  *nn.Linear // [2·Hkv·D, H]: k_proj, v_proj
 	qNorm, kNorm        *mlx.Array // [D]
-	gateUp              *mlx.Array // [2·I, H]: gate_proj, up_proj
-	down                *mlx.Array // [H, I]
+	gateUp              *nn.Linear // [2·I, H]: gate_proj, up_proj
+	down                *nn.Linear // [H, I]
 }
 
 // WeightSpec returns what a DFlash checkpoint must hold for cfg (spec/dflash.md
@@ -93,27 +96,74 @@ func WeightSpec(cfg *Config) loader.Spec {
 }
 
 // Bind checks tensors (lazy arrays, e.g. from mlx.LoadSafetensors) against
-// spec and returns them under the spec's names, cast to dtype and not yet
-// pinned. Every missing, mis-shaped, unexpected or duplicate tensor is
+// spec and returns them under the spec's names as layers: every tensor is a
+// dense layer (its Weight) in dtype, except the two-dimensional ones stored
+// quantized (a <layer>.scales beside <layer>.weight), which become quantized
+// layers with the parameters of quant (config.json's quantization section;
+// see nn.LoadLinear) and are checked against the spec by their logical
+// shape. Every missing, mis-shaped, unexpected or duplicate tensor is
 // reported in one *loader.BindError naming the tensor, the expected and the
-// found shape; non-float tensors are reported together after that. arch
-// names the architecture in messages. Tensors the spec ignores are logged
-// once at info level.
-func Bind(arch string, tensors map[string]*mlx.Array, spec loader.Spec, dtype mlx.DType) (map[string]*mlx.Array, error) {
+// found shape; quantization and dtype problems are reported together after
+// that. arch names the architecture in messages. Tensors the spec ignores
+// are logged once at info level.
+func Bind(arch string, tensors map[string]*mlx.Array, spec loader.Spec, quant *loader.Quantization, dtype mlx.DType) (map[string]*nn.Linear, error) {
 	if err := mlx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: an MLX error is pending before binding the weights (the tensors may be incomplete): %w", arch, err)
 	}
-	names := make([]string, 0, len(tensors))
-	for name := range tensors {
-		names = append(names, name)
+	rename := spec.Rename
+	if rename == nil {
+		rename = func(s string) string { return s }
 	}
-	sort.Strings(names)
+	expect := make(map[string]loader.Expect, len(spec.Tensors))
+	for _, x := range spec.Tensors {
+		expect[x.Name] = x
+	}
+	ignored := func(name string) bool {
+		return slices.ContainsFunc(spec.Ignore, func(p string) bool { return strings.HasPrefix(name, p) })
+	}
+
+	// Quantized layers first: each stands in the shape check as its
+	// logical [out, in] weight, and its scales and biases are consumed.
+	quantized := map[string]*nn.Linear{} // by stored weight name
+	consumed := map[string]bool{}
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(tensors)) {
+		base, ok := strings.CutSuffix(name, nn.ScalesSuffix)
+		if !ok || ignored(name) {
+			continue
+		}
+		x, ok := expect[rename(base+nn.WeightSuffix)]
+		if !ok || len(x.Shape) != 2 {
+			continue // left to the shape check: an unexpected tensor
+		}
+		l, used, err := nn.LoadLinear(tensors, base, quant, dtype, int(x.Shape[0]), int(x.Shape[1]))
+		for _, n := range used {
+			consumed[n] = true
+		}
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		quantized[base+nn.WeightSuffix] = l
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%s: quantized layers do not match: %s", arch, strings.Join(problems, "; "))
+	}
+
 	var have []loader.TensorInfo
-	var ignored, invalid []string
-	for _, name := range names {
+	var ignoredNames, invalid []string
+	for _, name := range slices.Sorted(maps.Keys(tensors)) {
 		a := tensors[name]
-		if slices.ContainsFunc(spec.Ignore, func(p string) bool { return strings.HasPrefix(name, p) }) {
-			ignored = append(ignored, name)
+		if ignored(name) {
+			ignoredNames = append(ignoredNames, name)
+			continue
+		}
+		if l, ok := quantized[name]; ok {
+			x := expect[rename(name)]
+			have = append(have, loader.TensorInfo{Name: name, Shape: x.Shape, Path: "the checkpoint (quantized " + l.Quant.String() + ")"})
+			continue
+		}
+		if consumed[name] {
 			continue
 		}
 		if !a.Valid() {
@@ -126,8 +176,8 @@ func Bind(arch string, tensors map[string]*mlx.Array, spec loader.Spec, dtype ml
 		}
 		have = append(have, loader.TensorInfo{Name: name, Shape: shape, Path: "the checkpoint"})
 	}
-	if len(ignored) > 0 {
-		slog.Info(arch+": ignoring the checkpoint's embedding and head tensors; the target's are used", "tensors", ignored)
+	if len(ignoredNames) > 0 {
+		slog.Info(arch+": ignoring the checkpoint's embedding and head tensors; the target's are used", "tensors", ignoredNames)
 	}
 	if len(invalid) > 0 {
 		return nil, fmt.Errorf("%s: tensors %s are empty arrays: the MLX op that produced them failed", arch, strings.Join(invalid, ", "))
@@ -136,9 +186,13 @@ func Bind(arch string, tensors map[string]*mlx.Array, spec loader.Spec, dtype ml
 	if err != nil {
 		return nil, fmt.Errorf("%w\n(expected shapes come from config.json — fc.weight is [hidden_size, len(target_layer_ids)·hidden_size]; mismatches usually mean the config belongs to another checkpoint)", err)
 	}
-	bound := make(map[string]*mlx.Array, len(infos))
+	bound := make(map[string]*nn.Linear, len(infos))
 	var notFloat []string
 	for name, info := range infos {
+		if l, ok := quantized[info.Name]; ok {
+			bound[name] = l
+			continue
+		}
 		a := tensors[info.Name]
 		if !a.DType().IsFloat() {
 			notFloat = append(notFloat, fmt.Sprintf("%s has dtype %s", info.Name, a.DType()))
@@ -147,11 +201,11 @@ func Bind(arch string, tensors map[string]*mlx.Array, spec loader.Spec, dtype ml
 		if a.DType() != dtype {
 			a = mlx.AsType(a, dtype)
 		}
-		bound[name] = a
+		bound[name] = nn.Dense(a, nil)
 	}
 	if len(notFloat) > 0 {
 		sort.Strings(notFloat)
-		return nil, fmt.Errorf("%s: %s; want float tensors (quantized drafts are not supported yet)", arch, strings.Join(notFloat, ", "))
+		return nil, fmt.Errorf("%s: %s; want float tensors (a quantized layer needs its .scales beside its packed weight)", arch, strings.Join(notFloat, ", "))
 	}
 	return bound, nil
 }
@@ -163,7 +217,7 @@ func Bind(arch string, tensors map[string]*mlx.Array, spec loader.Spec, dtype ml
 // progress (or the first forward does). Loading again replaces the previous
 // weights.
 func (d *Draft) LoadWeights(tensors map[string]*mlx.Array) error {
-	bound, err := Bind(ArchName, tensors, WeightSpec(d.cfg), d.dtype)
+	bound, err := Bind(ArchName, tensors, WeightSpec(d.cfg), d.quant, d.dtype)
 	if err != nil {
 		return err
 	}
@@ -171,52 +225,56 @@ func (d *Draft) LoadWeights(tensors map[string]*mlx.Array) error {
 	return nil
 }
 
-// UseWeights installs DFlash's tensors from arrays returned by Bind with a
+// UseWeights installs DFlash's tensors from layers returned by Bind with a
 // spec that includes WeightSpec(d.Config()), pinning them; names outside
 // that spec are left to the caller (an architecture built on DFlash binds its
 // own tensors from the same map). It panics if a DFlash tensor is absent,
-// which Bind rules out.
-func (d *Draft) UseWeights(bound map[string]*mlx.Array) {
+// which Bind rules out, or if a norm is quantized, which Bind's shape check
+// rules out (only two-dimensional tensors can be).
+func (d *Draft) UseWeights(bound map[string]*nn.Linear) {
 	var all []*mlx.Array
-	part := func(name string) *mlx.Array {
-		a, ok := bound[name]
+	layer := func(name string) *nn.Linear {
+		l, ok := bound[name]
 		if !ok {
 			panic(fmt.Sprintf("dflash: UseWeights without tensor %s: bind with WeightSpec first", name))
 		}
-		return a
+		return l
 	}
-	get := func(name string) *mlx.Array {
-		a := part(name)
-		all = append(all, a)
-		return a
-	}
-	stack := func(names ...string) *mlx.Array {
-		parts := make([]*mlx.Array, len(names))
+	linear := func(names ...string) *nn.Linear {
+		parts := make([]*nn.Linear, len(names))
 		for i, n := range names {
-			parts[i] = part(n)
+			parts[i] = layer(n)
 		}
-		a := nn.ConcatRows(parts...)
-		all = append(all, a)
-		return a
+		l := nn.ConcatLinear(parts...)
+		all = append(all, l.Arrays()...)
+		return l
+	}
+	plain := func(name string) *mlx.Array {
+		l := layer(name)
+		if l.Quantized() {
+			panic(fmt.Sprintf("dflash: tensor %s is quantized but is read as a plain tensor", name))
+		}
+		all = append(all, l.Weight)
+		return l.Weight
 	}
 	w := &weights{
-		fc:         get("fc.weight"),
-		hiddenNorm: get("hidden_norm.weight"),
-		norm:       get("norm.weight"),
+		fc:         linear("fc.weight"),
+		hiddenNorm: plain("hidden_norm.weight"),
+		norm:       plain("norm.weight"),
 		layers:     make([]layerWeights, d.cfg.NumLayers),
 	}
 	for l := range w.layers {
 		p := fmt.Sprintf("layers.%d.", l)
 		w.layers[l] = layerWeights{
-			inputNorm: get(p + "input_layernorm.weight"),
-			postNorm:  get(p + "post_attention_layernorm.weight"),
-			q:         get(p + "self_attn.q_proj.weight"),
-			kv:        stack(p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight"),
-			o:         get(p + "self_attn.o_proj.weight"),
-			qNorm:     get(p + "self_attn.q_norm.weight"),
-			kNorm:     get(p + "self_attn.k_norm.weight"),
-			gateUp:    stack(p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight"),
-			down:      get(p + "mlp.down_proj.weight"),
+			inputNorm: plain(p + "input_layernorm.weight"),
+			postNorm:  plain(p + "post_attention_layernorm.weight"),
+			q:         linear(p + "self_attn.q_proj.weight"),
+			kv:        linear(p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight"),
+			o:         linear(p + "self_attn.o_proj.weight"),
+			qNorm:     plain(p + "self_attn.q_norm.weight"),
+			kNorm:     plain(p + "self_attn.k_norm.weight"),
+			gateUp:    linear(p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight"),
+			down:      linear(p + "mlp.down_proj.weight"),
 		}
 	}
 	w.all = all

@@ -11,7 +11,7 @@ import (
 // attention and around its MLP.
 type conv struct {
 	base  *mlx.Array // [2, Kc, H]: index 0 the prepare kernel, 1 the finish kernel
-	proj  *mlx.Array // kernel_projection [2·Kc·G, H]
+	proj  *nn.Linear // kernel_projection [2·Kc·G, H]
 	group int        // S, channels per group
 }
 
@@ -21,8 +21,9 @@ type conv struct {
 // laid out [half, tap, group] (row-major [L, 2, Kc, G]).
 func (c *conv) prepare(x *mlx.Array) (prepared, w2 *mlx.Array) {
 	L, kernel := x.Dim(1), c.base.Dim(1)
-	groups := c.proj.Dim(0) / (2 * kernel)
-	dyn := mlx.Reshape(nn.Linear(x, c.proj, nil), 1, L, 2, kernel, groups)
+	y := c.proj.Forward(x)
+	groups := y.Dim(-1) / (2 * kernel)
+	dyn := mlx.Reshape(y, 1, L, 2, kernel, groups)
 	w1 := mlx.Squeeze(mlx.SliceAxis(dyn, 2, 0, 1), 2)
 	w2 = mlx.Squeeze(mlx.SliceAxis(dyn, 2, 1, 2), 2)
 	return dynamicConv(x, w1, c.baseKernel(0), c.group), w2

@@ -1,6 +1,7 @@
 package dflash2
 
 import (
+	"github.com/specula-dev/specula/arch/nn"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -25,7 +26,7 @@ func TestConvWorkedExample(t *testing.T) {
 		// example's base as the prepare kernel.
 		c := conv{
 			base:  mlx.FromFloat32s([]float32{1, 1, 10, 10, 0, 0, 0, 0}, 2, 2, 2),
-			proj:  mlx.Zeros(mlx.Float32, 2*2*1, 2),
+			proj:  nn.Dense(mlx.Zeros(mlx.Float32, 2*2*1, 2), nil),
 			group: 2,
 		}
 		got, w2 := c.prepare(x)
@@ -91,7 +92,7 @@ func TestConvMatchesFormula(t *testing.T) {
 			return out
 		}
 		mlxtest.Run(t, func(t *mlxtest.T) {
-			c := conv{base: arr(base, 2, Kc, H), proj: arr(proj, 2*Kc*G, H), group: S}
+			c := conv{base: arr(base, 2, Kc, H), proj: nn.Dense(arr(proj, 2*Kc*G, H), nil), group: S}
 			prepared, w2 := c.prepare(arr(x, 1, L, H))
 			near(t, "prepare", t.Float32s(prepared), ref(x, 0))
 			near(t, "finish", t.Float32s(c.finish(arr(y, 1, L, H), w2)), ref(y, 1))

@@ -56,7 +56,11 @@ func New(rc registry.Config) (*Draft, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewFromConfig(cfg, rc.DType)
+	d, err := NewFromConfig(cfg, rc.DType)
+	if err != nil {
+		return nil, err
+	}
+	return d, d.ReadQuantization(rc)
 }
 
 // NewFromConfig returns a weightless draft for a parsed config.

@@ -13,10 +13,10 @@ import (
 // logits, scored by the logit plus a pairwise term with the token chosen just
 // before it. All its maths runs in float32.
 type selector struct {
-	pred *mlx.Array // predecessor_codebook [V, R]
-	succ *mlx.Array // successor_codebook [V, R]
-	proj *mlx.Array // hidden_projection [R, H]
-	topK int        // K
+	pred *nn.Embedding // predecessor_codebook [V, R], looked up as float32
+	succ *nn.Embedding // successor_codebook [V, R], looked up as float32
+	proj *nn.Linear    // hidden_projection [R, H], float32
+	topK int           // K
 }
 
 // Lattice is a block's candidate lattice (spec/dflash2.md 3.2), for n
@@ -73,8 +73,8 @@ func (s *selector) rows(hidden, logits *mlx.Array) (ids, unary, u, succ *mlx.Arr
 	}
 	n := hidden.Dim(1)
 	ids, unary = s.candidates(mlx.Reshape(logits, n, logits.Dim(2)))
-	u = nn.Linear(f32(mlx.Reshape(hidden, n, hidden.Dim(2))), f32(s.proj), nil)
-	succ = f32(mlx.Take(s.succ, ids, 0))
+	u = s.proj.Forward(f32(mlx.Reshape(hidden, n, hidden.Dim(2))))
+	succ = s.succ.Lookup(ids)
 	return ids, unary, u, succ
 }
 
@@ -87,7 +87,7 @@ func (s *selector) lattice(hidden, logits, anchor *mlx.Array) Lattice {
 	if n > 1 {
 		preds = mlx.Concatenate(0, first, mlx.SliceAxis(ids, 0, 0, n-1))
 	}
-	a := f32(mlx.Take(s.pred, preds, 0))
+	a := s.pred.Lookup(preds)
 	return Lattice{IDs: ids, Unary: unary, Projection: u, Predecessors: preds, Scores: pairScores(a, u, succ, unary)}
 }
 
@@ -105,7 +105,7 @@ func (s *selector) walk(hidden, logits, anchor *mlx.Array, choose model.ChooseFu
 	rows := make([]*mlx.Array, n)
 	for p := range n {
 		at := func(x *mlx.Array) *mlx.Array { return mlx.SliceAxis(x, 0, p, p+1) }
-		a := mlx.ExpandDims(f32(mlx.Take(s.pred, prev, 0)), 0) // [1, 1, R]
+		a := mlx.ExpandDims(s.pred.Lookup(prev), 0) // [1, 1, R]
 		row := mlx.Reshape(pairScores(a, at(u), at(succ), at(unary)), 1, k)
 		tok, pr := choose(at(ids), row)
 		toks[p] = mlx.Reshape(mlx.AsType(tok, mlx.Int32), 1)

@@ -1,6 +1,7 @@
 package dflash2
 
 import (
+	"github.com/specula-dev/specula/arch/nn"
 	"math"
 	"slices"
 	"sort"
@@ -45,7 +46,7 @@ func tinySelector() *selector {
 	for _, row := range tiny.proj {
 		r = append(r, row[:]...)
 	}
-	return &selector{pred: arr(p, 6, 2), succ: arr(q, 6, 2), proj: arr(r, 2, 2), topK: 3}
+	return &selector{pred: &nn.Embedding{Table: nn.Dense(arr(p, 6, 2), nil), DType: mlx.Float32}, succ: &nn.Embedding{Table: nn.Dense(arr(q, 6, 2), nil), DType: mlx.Float32}, proj: nn.Dense(arr(r, 2, 2), nil), topK: 3}
 }
 
 // hostTopK returns the K ids of row by descending value, ties to the lower id.

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/specula-dev/specula/arch/dflash"
+	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 )
@@ -56,20 +57,30 @@ func WeightSpec(cfg *Config) loader.Spec {
 	return spec
 }
 
+// layerBaseKernel names layer l's base kernel of the convolution c.
+func layerBaseKernel(l int, c string) string { return fmt.Sprintf("layers.%d.%s.base_kernel", l, c) }
+
 // LoadWeights binds the checkpoint's tensors: every DFlash and DFlash2 tensor
 // must be present with its exact shape, and all problems are reported in one
 // error. On success the arrays are cast to the compute dtype and pinned, not
 // read (see dflash.Draft.LoadWeights). Loading again replaces the previous
 // weights.
 func (d *Draft) LoadWeights(tensors map[string]*mlx.Array) error {
-	bound, err := dflash.Bind(ArchName, tensors, WeightSpec(d.cfg), d.DType())
+	bound, err := dflash.Bind(ArchName, tensors, WeightSpec(d.cfg), d.Quantization(), d.DType())
 	if err != nil {
 		return err
 	}
+	if l := bound[layerBaseKernel(0, "attention_conv")]; l != nil && l.Quantized() {
+		return fmt.Errorf("%s: %s is quantized; base kernels are plain tensors", ArchName, layerBaseKernel(0, "attention_conv"))
+	}
 	d.Free()
 	d.Draft.UseWeights(bound)
+	keepLinear := func(l *nn.Linear) *nn.Linear {
+		d.own = append(d.own, l.Arrays()...)
+		return l
+	}
 	keep := func(name string) *mlx.Array {
-		a := bound[name]
+		a := bound[name].Weight
 		d.own = append(d.own, a)
 		return a
 	}
@@ -80,13 +91,15 @@ func (d *Draft) LoadWeights(tensors map[string]*mlx.Array) error {
 			conv *conv
 		}{{"attention_conv", &layers[l].attention}, {"mlp_conv", &layers[l].mlp}} {
 			p := fmt.Sprintf("layers.%d.%s.", l, c.name)
-			*c.conv = conv{base: keep(p + "base_kernel"), proj: keep(p + "kernel_projection.weight"), group: d.cfg.ConvGroup}
+			*c.conv = conv{base: keep(p + "base_kernel"), proj: keepLinear(bound[p+"kernel_projection.weight"]), group: d.cfg.ConvGroup}
 		}
 	}
+	// The selector's maths runs in float32: its codebook rows come out as
+	// float32 and its small projection is held in float32.
 	d.sel = &selector{
-		pred: keep(codebooks[0]),
-		succ: keep(codebooks[1]),
-		proj: keep(selectorPrefix + "hidden_projection.weight"),
+		pred: &nn.Embedding{Table: keepLinear(bound[codebooks[0]]), DType: mlx.Float32},
+		succ: &nn.Embedding{Table: keepLinear(bound[codebooks[1]]), DType: mlx.Float32},
+		proj: keepLinear(bound[selectorPrefix+"hidden_projection.weight"].AsType(mlx.Float32)),
 		topK: d.cfg.SelectorTopK,
 	}
 	mlx.Pin(d.own...)

@@ -1,6 +1,7 @@
-// Package nn holds the layer maths that architectures share: linear layers,
-// RMS norms, rotary position embeddings, the SwiGLU MLP and attention over a
-// KV or rotating cache.
+// Package nn holds the layer maths that architectures share: dense or
+// quantized linear layers and embeddings (and their binding from checkpoint
+// tensors), RMS norms, rotary position embeddings, the SwiGLU MLP and
+// attention over a KV or rotating cache.
 //
 // Functions build lazy MLX graph nodes and never evaluate. Weights are
 // stored [out, in]. Attention tensors use MLX's layout [B, H, L, D]; the
@@ -18,16 +19,6 @@ import (
 	"github.com/specula-dev/specula/cache"
 	"github.com/specula-dev/specula/mlx"
 )
-
-// Linear returns x · wᵀ (+ b) for a weight w [out, in] and an optional bias
-// b [out].
-func Linear(x, w, b *mlx.Array) *mlx.Array {
-	y := mlx.Linear(x, w)
-	if b != nil {
-		y = mlx.Add(y, b)
-	}
-	return y
-}
 
 // RMSNorm returns x · rsqrt(mean(x²) + eps) · w over the last axis (MLX's
 // fused kernel, which accumulates in float32). w may be nil (no weight).
@@ -97,27 +88,15 @@ var sigmoidGate = mlx.Compile("sigmoid_gate", 1, func(in []*mlx.Array) []*mlx.Ar
 	return []*mlx.Array{mlx.Multiply(in[0], mlx.Sigmoid(in[1]))}
 })
 
-// SwiGLU returns down(silu(gate(x)) ⊙ up(x)), the dense MLP of Llama-style
-// decoders.
-func SwiGLU(x, gate, up, down *mlx.Array) *mlx.Array {
-	return mlx.Linear(SiLUMul(mlx.Linear(x, gate), mlx.Linear(x, up)), down)
-}
-
-// FusedSwiGLU is SwiGLU with the gate and up projections stacked into one
-// weight gateUp [2·I, H] (gate rows first, see ConcatRows): one matrix
-// product instead of two, which matters when decoding one token is bound by
-// kernel launches.
-func FusedSwiGLU(x, gateUp, down *mlx.Array) *mlx.Array {
-	gu := mlx.Linear(x, gateUp)
+// SwiGLU returns down(silu(gate(x)) ⊙ up(x)), the MLP of Llama-style
+// decoders. gateUp holds the gate and up projections stacked (ConcatLinear,
+// gate first): one product instead of two, which matters when decoding one
+// token is bound by kernel launches.
+func SwiGLU(x *mlx.Array, gateUp, down *Linear) *mlx.Array {
+	gu := gateUp.Forward(x)
 	parts := mlx.Split(gu, -1, gu.Dim(-1)/2)
-	return mlx.Linear(SiLUMul(parts[0], parts[1]), down)
+	return down.Forward(SiLUMul(parts[0], parts[1]))
 }
-
-// ConcatRows stacks weights [out_i, in] (and optional biases [out_i]) into
-// one [Σ out_i, in]: a loader fuses projections that read the same input
-// this way, and the forward splits the product's last axis at the running
-// sums of out_i.
-func ConcatRows(ws ...*mlx.Array) *mlx.Array { return mlx.Concatenate(0, ws...) }
 
 // f32 casts a to float32 (a itself when it already is).
 func f32(a *mlx.Array) *mlx.Array { return cast(a, mlx.Float32) }

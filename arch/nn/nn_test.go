@@ -89,13 +89,14 @@ func TestSwiGLUAndLinear(t *testing.T) {
 			lin[i] += float64(b[i])
 		}
 		X := mlx.FromFloat32s(x, 1, in)
-		y := nn.SwiGLU(X, mlx.FromFloat32s(g, hid, in), mlx.FromFloat32s(u, hid, in), mlx.FromFloat32s(dn, out, hid))
+		gateUp := nn.ConcatLinear(nn.Dense(mlx.FromFloat32s(g, hid, in), nil), nn.Dense(mlx.FromFloat32s(u, hid, in), nil))
+		y := nn.SwiGLU(X, gateUp, nn.Dense(mlx.FromFloat32s(dn, out, hid), nil))
 		near(t, "SwiGLU", t.Float32s(y), want, 1e-5)
 		col := make([]float32, hid)
 		for j := range hid {
 			col[j] = g[j*in]
 		}
-		near(t, "Linear", t.Float32s(nn.Linear(mlx.FromFloat32s(col, 1, hid), mlx.FromFloat32s(dn, out, hid), mlx.FromFloat32s(b))), lin, 1e-5)
+		near(t, "Linear", t.Float32s(nn.Dense(mlx.FromFloat32s(dn, out, hid), mlx.FromFloat32s(b)).Forward(mlx.FromFloat32s(col, 1, hid))), lin, 1e-5)
 	})
 }
 

@@ -25,7 +25,7 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	// + 2·Hv], split into the conv channels q | k | v, the gate z, and the
 	// per-head write strength b and decay input a.
 	conv, value := cfg.ConvDim(), cfg.ValueDim()
-	proj := mlx.Split(mlx.Linear(x, g.in), -1, conv, conv+value, conv+value+hv)
+	proj := mlx.Split(g.in.Forward(x), -1, conv, conv+value, conv+value+hv)
 	mixed := proj[0]
 	z := mlx.Reshape(proj[1], 1, L, hv, dv)
 	gates := deltaGates.Call(proj[3], proj[2], g.negA, g.dtBias)
@@ -61,7 +61,7 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	c.Put(convs, deltas)
 
 	o := nn.GatedRMSNorm(out, z, g.norm, cfg.RMSNormEps, m.dtype)
-	return mlx.Linear(mlx.Reshape(o, 1, L, value), g.out)
+	return g.out.Forward(mlx.Reshape(o, 1, L, value))
 }
 
 // deltaGates maps the projections a and b [1, L, Hv] to the per-head decay

@@ -19,10 +19,12 @@ package qwen35
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 
 	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
 	"github.com/specula-dev/specula/registry"
@@ -37,11 +39,13 @@ func init() {
 // Model is a Qwen3.5 text decoder. Build it with New, then LoadWeights.
 // Forward, Unembed and the DraftTarget methods must run on the MLX worker.
 type Model struct {
-	cfg   *Config
-	dtype mlx.DType // compute dtype
-	rope  nn.RoPE
-	w     *weights // nil until LoadWeights
-	taps  []int    // ascending layer ids whose outputs Forward returns as aux
+	cfg    *Config
+	quant  *loader.Quantization // config.json's quantization section; nil when none
+	dtype  mlx.DType            // compute dtype
+	rope   nn.RoPE
+	w      *weights // nil until LoadWeights
+	layout *Layout  // how the loaded checkpoint stores the model; nil until LoadWeights
+	taps   []int    // ascending layer ids whose outputs Forward returns as aux
 }
 
 var (
@@ -49,14 +53,24 @@ var (
 	_ model.WeightHolder = (*Model)(nil)
 )
 
-// New parses the checkpoint's config.json and returns a weightless model
-// computing in cfg.DType (float32 on the CPU, bfloat16 on GPUs).
+// New parses the checkpoint's config.json (including an MLX quantization
+// section) and returns a weightless model computing in cfg.DType (float32 on
+// the CPU, bfloat16 on GPUs).
 func New(rc registry.Config) (*Model, error) {
 	cfg, err := ParseConfig(rc.JSON)
 	if err != nil {
 		return nil, err
 	}
-	return NewFromConfig(cfg, rc.DType)
+	quant, err := loader.ParseQuantization(filepath.Join(rc.Dir, "config.json"), rc.JSON)
+	if err != nil {
+		return nil, err
+	}
+	m, err := NewFromConfig(cfg, rc.DType)
+	if err != nil {
+		return nil, err
+	}
+	m.quant = quant
+	return m, nil
 }
 
 // NewFromConfig returns a weightless model for a parsed config.
@@ -75,6 +89,14 @@ func NewFromConfig(cfg *Config, dtype mlx.DType) (*Model, error) {
 
 // Config returns the model's configuration.
 func (m *Model) Config() *Config { return m.cfg }
+
+// Quantization returns config.json's quantization section, or nil when the
+// checkpoint declares none.
+func (m *Model) Quantization() *loader.Quantization { return m.quant }
+
+// Layout says how the loaded checkpoint stores the model (nil before
+// LoadWeights).
+func (m *Model) Layout() *Layout { return m.layout }
 
 // DType is the compute dtype.
 func (m *Model) DType() mlx.DType { return m.dtype }
@@ -130,13 +152,13 @@ func (m *Model) SetLayerTaps(ids []int) error {
 // TokenEmbeddings looks up ids [B, L] in the embedding table: [B, L, H], no
 // scaling.
 func (m *Model) TokenEmbeddings(ids *mlx.Array) *mlx.Array {
-	return mlx.Take(m.mustWeights().embed, ids, 0)
+	return m.mustWeights().embed.Lookup(ids)
 }
 
 // Unembed maps hidden states [B, L, H] (after the final norm) to logits
 // [B, L, V].
 func (m *Model) Unembed(hidden *mlx.Array) *mlx.Array {
-	return mlx.Linear(hidden, m.mustWeights().head)
+	return m.mustWeights().head.Forward(hidden)
 }
 
 // RawLogits is the plain output head; for Qwen3.5 it equals Unembed.
@@ -190,7 +212,7 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 	}
 
 	eps := m.cfg.RMSNormEps
-	h := mlx.Take(w.embed, ids, 0)
+	h := w.embed.Lookup(ids)
 	var taps []*mlx.Array
 	next := 0 // index into m.taps
 	for i, ly := range w.layers {
@@ -201,7 +223,7 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 			x = m.deltaNet(ly.delta, x, caches[i].(*cache.Recurrent))
 		}
 		h = mlx.Add(h, x)
-		h = mlx.Add(h, nn.FusedSwiGLU(nn.RMSNorm(h, ly.postNorm, eps), ly.mlp.gateUp, ly.mlp.down))
+		h = mlx.Add(h, nn.SwiGLU(nn.RMSNorm(h, ly.postNorm, eps), ly.mlp.gateUp, ly.mlp.down))
 		if next < len(m.taps) && m.taps[next] == i {
 			taps = append(taps, h)
 			next++
@@ -223,7 +245,7 @@ func (m *Model) attention(a *attentionWeights, x *mlx.Array, offset int, c *cach
 
 	// One product for q_proj | k_proj | v_proj; q_proj gives per head
 	// [query D | gate D] (interleaved per head).
-	qkv := mlx.Split(nn.Linear(x, a.qkv, a.qkvBias), -1, hq*2*d, hq*2*d+hkv*d)
+	qkv := mlx.Split(a.qkv.Forward(x), -1, hq*2*d, hq*2*d+hkv*d)
 	qg := mlx.Reshape(qkv[0], 1, L, hq, 2*d)
 	parts := mlx.Split(qg, -1, d)
 	q := nn.RMSNorm(parts[0], a.qNorm, eps)
@@ -237,5 +259,5 @@ func (m *Model) attention(a *attentionWeights, x *mlx.Array, offset int, c *cach
 	// The gate reads the [1, L, Hq, D] view of q_proj directly.
 	o := mlx.Transpose(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d)))), 0, 2, 1, 3)
 	o = mlx.Reshape(nn.SigmoidGate(o, parts[1]), 1, L, hq*d)
-	return nn.Linear(o, a.o, a.oBias)
+	return a.o.Forward(o)
 }

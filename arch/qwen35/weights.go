@@ -8,27 +8,40 @@ import (
 	"strings"
 
 	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 )
 
 // This file is the only place that knows how Qwen3.5 checkpoints spell and
-// store their tensors (spec/qwen35.md section 10): the text-decoder prefix,
-// the ignored vision and MTP tensors, the tied head, the conv1d layouts and
-// the zero-centred (1 + w) norms, which are folded into plain RMSNorm
-// weights here so the forward never sees them.
+// store their tensors (spec/qwen35.md section 10, spec/quantized.md): the
+// text-decoder prefix of the Hugging Face and MLX layouts, the ignored
+// vision and MTP tensors, the tied head, the conv1d layouts, the
+// zero-centred (1 + w) norms, which are folded into plain RMSNorm weights
+// here so the forward never sees them, and quantized layers, bound through
+// arch/nn so the forward does not know about them either.
 
-// Text-decoder prefixes, detected by the first existing embedding name.
-var textPrefixes = []string{
-	"model.language_model.", // …ForConditionalGeneration
-	"model.",                // …ForCausalLM
+// Text-decoder prefixes, detected by the existing embedding name; the head
+// of each layout is beside it.
+var textPrefixes = []struct{ prefix, head, layout string }{
+	{"model.language_model.", "lm_head.weight", LayoutHF},                 // …ForConditionalGeneration
+	{"model.", "lm_head.weight", LayoutHF},                                // …ForCausalLM
+	{"language_model.model.", "language_model.lm_head.weight", LayoutMLX}, // mlx_lm.convert, mlx-vlm
 }
 
-// Tensors under these prefixes belong to parts we do not run: the vision
-// tower and the multi-token-prediction head.
+// The checkpoint layouts Layout reports.
 const (
-	visualPrefix = "model.visual."
-	mtpPrefix    = "mtp."
+	LayoutHF  = "Hugging Face"
+	LayoutMLX = "MLX (mlx-lm module paths)"
 )
+
+// Tensors under these prefixes belong to parts we do not run: the vision
+// tower (Hugging Face, mlx-vlm) and the multi-token-prediction head.
+var skippedPrefixes = []struct{ prefix, part string }{
+	{"model.visual.", "vision"},
+	{"vision_tower.", "vision"},
+	{"mtp.", "mtp"},
+	{"language_model.mtp.", "mtp"},
+}
 
 // Qwen3-Next fused projections, which Qwen3.5 releases do not use.
 var fusedNames = []string{".linear_attn.in_proj_qkvz.", ".linear_attn.in_proj_ba."}
@@ -39,9 +52,9 @@ const maxUnexpected = 10
 // weights are the bound, pinned tensors of a model, in the compute dtype
 // unless noted.
 type weights struct {
-	embed  *mlx.Array // [V, H]
-	norm   *mlx.Array // final norm, (1 + w) folded
-	head   *mlx.Array // [V, H]: lm_head, or embed when tied
+	embed  *nn.Embedding // [V, H]
+	norm   *mlx.Array    // final norm, (1 + w) folded
+	head   *nn.Linear    // [V, H]: lm_head, or the embedding table when tied
 	layers []layerWeights
 	all    []*mlx.Array // every pinned array, for free
 }
@@ -53,31 +66,29 @@ type layerWeights struct {
 	mlp                 mlpWeights
 }
 
-// Projections that read the same input are stacked into one weight at load
-// (nn.ConcatRows): decoding one token is bound by kernel launches, and one
+// Projections that read the same input are stacked into one layer at load
+// (nn.ConcatLinear): decoding one token is bound by kernel launches, and one
 // matrix product then costs the launches of one.
 
 type attentionWeights struct {
-	qkv     *mlx.Array // [Hq·2D + 2·Hkv·D, H]: q_proj (per head query | gate), k_proj, v_proj
-	o       *mlx.Array // [H, Hq·D]
-	qkvBias *mlx.Array // [Hq·2D + 2·Hkv·D]; nil without attention_bias
-	oBias   *mlx.Array // nil without attention_bias
-	qNorm   *mlx.Array // [D], (1 + w) folded
-	kNorm   *mlx.Array
+	qkv   *nn.Linear // [Hq·2D + 2·Hkv·D, H]: q_proj (per head query | gate), k_proj, v_proj; biases with attention_bias
+	o     *nn.Linear // [H, Hq·D]
+	qNorm *mlx.Array // [D], (1 + w) folded
+	kNorm *mlx.Array
 }
 
 type deltaWeights struct {
-	in     *mlx.Array // [convDim + valueDim + 2·Hv, H]: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
+	in     *nn.Linear // [convDim + valueDim + 2·Hv, H]: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
 	conv   *mlx.Array // [Kc, convDim]: row j holds tap j of every channel
 	dtBias *mlx.Array // [Hv] float32
 	negA   *mlx.Array // [Hv] float32: −exp(A_log)
 	norm   *mlx.Array // [Dv] float32, plain w (gated norm)
-	out    *mlx.Array // [H, valueDim]
+	out    *nn.Linear // [H, valueDim]
 }
 
 type mlpWeights struct {
-	gateUp *mlx.Array // [2·I, H]: gate_proj, up_proj
-	down   *mlx.Array // [H, I]
+	gateUp *nn.Linear // [2·I, H]: gate_proj, up_proj
+	down   *nn.Linear // [H, I]
 }
 
 func (w *weights) free() { mlx.Unpin(w.all...) }
@@ -122,10 +133,11 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 	if err := mlx.Err(); err != nil {
 		return fmt.Errorf("qwen35: an MLX error is pending before LoadWeights (the tensors may be incomplete): %w", err)
 	}
-	w, err := bindWeights(m.cfg, m.dtype, tensors)
+	w, layout, err := bindWeights(m.cfg, m.quant, m.dtype, tensors)
 	if err != nil {
 		return err
 	}
+	m.layout = layout
 	mlx.Pin(w.all...)
 	if m.w != nil {
 		m.w.free()
@@ -158,9 +170,11 @@ type binder struct {
 	tensors map[string]*mlx.Array
 	used    map[string]bool
 	dtype   mlx.DType
-	shift   bool // add 1 to the zero-centred norms
+	quant   *loader.Quantization // nil for unquantized checkpoints
+	shift   bool                 // add 1 to the zero-centred norms
 	err     WeightsError
 	out     []*mlx.Array
+	layers  map[string]int // quantization (or "dense") → linear layers bound so
 }
 
 // take returns the tensor name if it exists with one of the shapes (the
@@ -177,7 +191,7 @@ func (b *binder) take(name, why string, shapes ...[]int) *mlx.Array {
 		return nil
 	}
 	if !a.DType().IsFloat() {
-		b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf("%s has dtype %s, want a float type (quantized checkpoints are not supported yet)", name, a.DType()))
+		b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf("%s has dtype %s, want a float type (only linear layers and the embedding may be quantized)", name, a.DType()))
 		return nil
 	}
 	for _, s := range shapes {
@@ -195,32 +209,51 @@ func (b *binder) keep(a *mlx.Array) *mlx.Array {
 	return a
 }
 
-// weight binds a tensor in the compute dtype.
-func (b *binder) weight(name, why string, shape ...int) *mlx.Array {
-	a := b.part(name, why, shape...)
-	if a == nil {
-		return nil
+// linear binds the linear layer at module path (path.weight [out, in],
+// dense or quantized, see nn.LoadLinear); nil when it is missing or wrong
+// (the binder has recorded why).
+func (b *binder) linear(path, why string, out, in int) *nn.Linear {
+	l, used, err := nn.LoadLinear(b.tensors, path, b.quant, b.dtype, out, in)
+	for _, n := range used {
+		b.used[n] = true
 	}
-	return b.keep(a)
+	switch {
+	case err == nil:
+		b.layers[l.Quant.String()]++
+		return l
+	case len(used) == 0:
+		b.err.Missing = append(b.err.Missing, path+nn.WeightSuffix)
+	default:
+		b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf("%s (%s)", err, why))
+	}
+	return nil
 }
 
-// part checks a tensor and casts it to the compute dtype without keeping
-// it: the caller stacks parts with stack.
-func (b *binder) part(name, why string, shape ...int) *mlx.Array {
-	a := b.take(name, why, shape)
-	if a == nil {
-		return nil
+// keepLinear records a bound layer's arrays and returns it.
+func (b *binder) keepLinear(l *nn.Linear) *nn.Linear {
+	if l != nil {
+		b.out = append(b.out, l.Arrays()...)
 	}
-	return cast(a, b.dtype)
+	return l
 }
 
-// stack keeps the rows of parts stacked into one weight (nil when a part is
-// missing: the binder has recorded why).
-func (b *binder) stack(parts ...*mlx.Array) *mlx.Array {
+// stack keeps parts stacked into one layer (nil when a part is missing:
+// the binder has recorded why).
+func (b *binder) stack(parts ...*nn.Linear) *nn.Linear {
 	if slices.Contains(parts, nil) {
 		return nil
 	}
-	return b.keep(nn.ConcatRows(parts...))
+	return b.keepLinear(nn.ConcatLinear(parts...))
+}
+
+// bias gives l the additive bias path.bias [size] in the compute dtype.
+func (b *binder) bias(l *nn.Linear, path, why string, size int) *nn.Linear {
+	a := b.take(path+".bias", why, []int{size})
+	if l == nil || a == nil {
+		return nil
+	}
+	l.Bias = cast(a, b.dtype)
+	return l
 }
 
 // float32 binds a tensor that stays float32 whatever the compute dtype.
@@ -265,52 +298,86 @@ func cast(a *mlx.Array, dt mlx.DType) *mlx.Array {
 	return mlx.AsType(a, dt)
 }
 
+// Layout describes how a loaded checkpoint stores the model: the tensor
+// layout, how the (1 + w) norms were decided, and the linear layers by
+// quantization ("affine 4-bit, group 64" or "dense") with their count.
+type Layout struct {
+	Format    string // LayoutHF or LayoutMLX
+	NormShift string // why the zero-centred norms were (or were not) shifted
+	Layers    map[string]int
+}
+
 // bindWeights maps the checkpoint onto the layers of cfg.
-func bindWeights(cfg *Config, dtype mlx.DType, tensors map[string]*mlx.Array) (*weights, error) {
+func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, tensors map[string]*mlx.Array) (*weights, *Layout, error) {
 	// Parts we do not run are dropped first, with one log line.
 	text := make(map[string]*mlx.Array, len(tensors))
-	var nVisual, nMTP int
+	skipped := map[string]int{}
 	for name, a := range tensors {
-		switch {
-		case strings.HasPrefix(name, visualPrefix):
-			nVisual++
-		case strings.HasPrefix(name, mtpPrefix):
-			nMTP++
-		default:
+		part := ""
+		for _, p := range skippedPrefixes {
+			if strings.HasPrefix(name, p.prefix) {
+				part = p.part
+				break
+			}
+		}
+		if part != "" {
+			skipped[part]++
+		} else {
 			text[name] = a
 		}
 		for _, f := range fusedNames {
 			if strings.Contains(name, f) {
-				return nil, fmt.Errorf("qwen35: tensor %s is a Qwen3-Next style fused projection (in_proj_qkvz / in_proj_ba); Qwen3.5 checkpoints store in_proj_qkv, in_proj_z, in_proj_b and in_proj_a separately and the fused layout is not supported (use a Qwen3.5 checkpoint, or convert the projections)", name)
+				return nil, nil, fmt.Errorf("qwen35: tensor %s is a Qwen3-Next style fused projection (in_proj_qkvz / in_proj_ba); Qwen3.5 checkpoints store in_proj_qkv, in_proj_z, in_proj_b and in_proj_a separately and the fused layout is not supported (use a Qwen3.5 checkpoint, or convert the projections)", name)
 			}
 		}
 	}
-	if nVisual > 0 || nMTP > 0 {
-		slog.Info("qwen35: skipping tensors of parts that are not run", "vision", nVisual, "mtp", nMTP)
+	if len(skipped) > 0 {
+		slog.Info("qwen35: skipping tensors of parts that are not run", "vision", skipped["vision"], "mtp", skipped["mtp"])
 	}
 
-	prefix := ""
-	for _, p := range textPrefixes {
-		if _, ok := text[p+"embed_tokens.weight"]; ok {
-			prefix = p
-			break
+	var found []int
+	for i, p := range textPrefixes {
+		if _, ok := text[p.prefix+"embed_tokens.weight"]; ok {
+			found = append(found, i)
 		}
 	}
-	if prefix == "" {
-		return nil, &WeightsError{Prefix: "?", Missing: []string{textPrefixes[0] + "embed_tokens.weight (or " + textPrefixes[1] + "embed_tokens.weight)"}, Unexpected: sortedNames(text, nil)}
+	switch {
+	case len(found) == 0:
+		var names []string
+		for _, p := range textPrefixes {
+			names = append(names, p.prefix+"embed_tokens.weight")
+		}
+		return nil, nil, &WeightsError{Prefix: "?", Missing: []string{strings.Join(names, " or ")}, Unexpected: sortedNames(text, nil)}
+	case len(found) > 1:
+		var names []string
+		for _, i := range found {
+			names = append(names, textPrefixes[i].prefix+"embed_tokens.weight ("+textPrefixes[i].layout+")")
+		}
+		return nil, nil, fmt.Errorf("qwen35: the checkpoint mixes layouts: it holds %s; a checkpoint is either Hugging Face's or an MLX conversion, not both (remove the stray files, or download it again)", strings.Join(names, " and "))
 	}
+	tp := textPrefixes[found[0]]
+	prefix := tp.prefix
 
-	shift, rule := normShift(cfg, prefix, text, nMTP > 0)
+	shift, rule, err := normShift(cfg, prefix, text, skipped["mtp"] > 0, tp.layout == LayoutMLX)
+	if err != nil {
+		return nil, nil, err
+	}
 	if rule == normShiftAssumed {
 		slog.Warn("qwen35: conv1d weights are 2-D and there are no mtp tensors: assuming raw Hugging Face (1+w) norms", "shift", shift)
 	}
+	if rule == normShiftAssumedMLX {
+		slog.Warn("qwen35: conv1d weights are 2-D in an MLX-layout checkpoint: assuming its (1+w) norms are already folded, as mlx-lm does", "shift", shift)
+	}
 
-	b := &binder{tensors: text, used: map[string]bool{}, dtype: dtype, shift: shift, err: WeightsError{Prefix: prefix}}
+	b := &binder{tensors: text, used: map[string]bool{}, dtype: dtype, quant: quant, shift: shift, err: WeightsError{Prefix: prefix}, layers: map[string]int{}}
 	H, V := cfg.HiddenSize, cfg.VocabSize
+	embed := b.keepLinear(b.linear(prefix+"embed_tokens", "vocab_size × hidden_size", V, H))
 	w := &weights{
-		embed:  b.weight(prefix+"embed_tokens.weight", "vocab_size × hidden_size", V, H),
 		norm:   b.norm(prefix+"norm.weight", H),
 		layers: make([]layerWeights, cfg.NumLayers),
+	}
+	if embed != nil {
+		w.embed = &nn.Embedding{Table: embed, DType: dtype}
 	}
 	for i := range w.layers {
 		p := fmt.Sprintf("%slayers.%d.", prefix, i)
@@ -324,73 +391,78 @@ func bindWeights(cfg *Config, dtype mlx.DType, tensors map[string]*mlx.Array) (*
 		}
 		ly.mlp = mlpWeights{
 			gateUp: b.stack(
-				b.part(p+"mlp.gate_proj.weight", "intermediate_size × hidden_size", cfg.IntermediateSize, H),
-				b.part(p+"mlp.up_proj.weight", "intermediate_size × hidden_size", cfg.IntermediateSize, H)),
-			down: b.weight(p+"mlp.down_proj.weight", "hidden_size × intermediate_size", H, cfg.IntermediateSize),
+				b.linear(p+"mlp.gate_proj", "intermediate_size × hidden_size", cfg.IntermediateSize, H),
+				b.linear(p+"mlp.up_proj", "intermediate_size × hidden_size", cfg.IntermediateSize, H)),
+			down: b.keepLinear(b.linear(p+"mlp.down_proj", "hidden_size × intermediate_size", H, cfg.IntermediateSize)),
 		}
 	}
 
-	// The head: lm_head, or the embedding table when tied or absent.
-	const headName = "lm_head.weight"
+	// The head: lm_head, or the embedding table when tied or absent. A
+	// quantized lm_head brings its scales (and biases).
+	headName := tp.head
+	headPath := strings.TrimSuffix(headName, nn.WeightSuffix)
 	_, hasHead := text[headName]
 	switch {
 	case cfg.TieWordEmbeddings && hasHead:
-		b.used[headName] = true
-		slog.Warn("qwen35: tie_word_embeddings is true: ignoring lm_head.weight and using the embedding table as the head")
-		w.head = w.embed
+		for _, n := range []string{headName, headPath + nn.ScalesSuffix, headPath + nn.BiasesSuffix} {
+			if _, ok := text[n]; ok {
+				b.used[n] = true
+			}
+		}
+		slog.Warn("qwen35: tie_word_embeddings is true: ignoring " + headName + " and using the embedding table as the head")
+		w.head = embed
 	case cfg.TieWordEmbeddings:
 		slog.Info("qwen35: output head is the tied embedding table")
-		w.head = w.embed
+		w.head = embed
 	case !hasHead:
-		slog.Info("qwen35: lm_head.weight is absent: using the embedding table as the head")
-		w.head = w.embed
+		slog.Info("qwen35: " + headName + " is absent: using the embedding table as the head")
+		w.head = embed
 	default:
-		w.head = b.weight(headName, "vocab_size × hidden_size", V, H)
+		w.head = b.keepLinear(b.linear(headPath, "vocab_size × hidden_size", V, H))
 	}
 
 	b.err.Unexpected = sortedNames(text, b.used)
 	if len(b.err.Missing)+len(b.err.Mismatched)+len(b.err.Unexpected) > 0 {
-		return nil, &b.err
+		return nil, nil, &b.err
 	}
 	w.all = b.out
-	return w, nil
+	return w, &Layout{Format: tp.layout, NormShift: rule, Layers: b.layers}, nil
 }
 
 func bindAttention(b *binder, cfg *Config, p string) *attentionWeights {
 	H, hq, hkv, d := cfg.HiddenSize, cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
-	a := &attentionWeights{
-		qkv: b.stack(
-			b.part(p+"q_proj.weight", "per head [query | gate]: num_attention_heads·2·head_dim × hidden_size", hq*2*d, H),
-			b.part(p+"k_proj.weight", "num_key_value_heads·head_dim × hidden_size", hkv*d, H),
-			b.part(p+"v_proj.weight", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)),
-		o:     b.weight(p+"o_proj.weight", "hidden_size × num_attention_heads·head_dim", H, hq*d),
+	q := b.linear(p+"q_proj", "per head [query | gate]: num_attention_heads·2·head_dim × hidden_size", hq*2*d, H)
+	k := b.linear(p+"k_proj", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)
+	v := b.linear(p+"v_proj", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)
+	o := b.linear(p+"o_proj", "hidden_size × num_attention_heads·head_dim", H, hq*d)
+	if cfg.AttentionBias {
+		q = b.bias(q, p+"q_proj", "attention_bias is true", hq*2*d)
+		k = b.bias(k, p+"k_proj", "attention_bias is true", hkv*d)
+		v = b.bias(v, p+"v_proj", "attention_bias is true", hkv*d)
+		o = b.bias(o, p+"o_proj", "attention_bias is true", H)
+	}
+	return &attentionWeights{
+		qkv:   b.stack(q, k, v),
+		o:     b.keepLinear(o),
 		qNorm: b.norm(p+"q_norm.weight", d),
 		kNorm: b.norm(p+"k_norm.weight", d),
 	}
-	if cfg.AttentionBias {
-		a.qkvBias = b.stack(
-			b.part(p+"q_proj.bias", "attention_bias is true", hq*2*d),
-			b.part(p+"k_proj.bias", "attention_bias is true", hkv*d),
-			b.part(p+"v_proj.bias", "attention_bias is true", hkv*d))
-		a.oBias = b.weight(p+"o_proj.bias", "attention_bias is true", H)
-	}
-	return a
 }
 
 func bindDeltaNet(b *binder, cfg *Config, p string) *deltaWeights {
 	H, hv := cfg.HiddenSize, cfg.LinearValueHeads
 	return &deltaWeights{
 		in: b.stack(
-			b.part(p+"in_proj_qkv.weight", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H),
-			b.part(p+"in_proj_z.weight", "Hv·Dv × hidden_size", cfg.ValueDim(), H),
-			b.part(p+"in_proj_b.weight", "linear_num_value_heads × hidden_size", hv, H),
-			b.part(p+"in_proj_a.weight", "linear_num_value_heads × hidden_size", hv, H)),
+			b.linear(p+"in_proj_qkv", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H),
+			b.linear(p+"in_proj_z", "Hv·Dv × hidden_size", cfg.ValueDim(), H),
+			b.linear(p+"in_proj_b", "linear_num_value_heads × hidden_size", hv, H),
+			b.linear(p+"in_proj_a", "linear_num_value_heads × hidden_size", hv, H)),
 		conv:   b.conv(p+"conv1d.weight", cfg.ConvDim(), cfg.ConvKernel),
 		dtBias: b.float32(p+"dt_bias", "linear_num_value_heads", hv),
 		// The decay rate −exp(A_log) is a constant: fold it once at load.
 		negA: b.negExp(b.float32(p+"A_log", "linear_num_value_heads", hv)),
 		norm: b.float32(p+"norm.weight", "gated RMSNorm over linear_value_head_dim", cfg.LinearValueDim),
-		out:  b.weight(p+"out_proj.weight", "hidden_size × Hv·Dv", H, cfg.ValueDim()),
+		out:  b.keepLinear(b.linear(p+"out_proj", "hidden_size × Hv·Dv", H, cfg.ValueDim())),
 	}
 }
 
@@ -417,36 +489,47 @@ func sortedNames(tensors map[string]*mlx.Array, used map[string]bool) []string {
 
 // How normShift decided.
 const (
-	normShiftRaw       = "a conv1d weight is 3-D with a last dimension of Kc (raw Hugging Face layout)"
-	normShiftConverted = "conv1d weights are 3-D with a last dimension of 1 (mlx-lm conversion, 1 already added)"
-	normShiftMTP       = "conv1d weights are 2-D and mtp tensors exist (converters drop them)"
-	normShiftAssumed   = "conv1d weights are 2-D (or absent) and there are no mtp tensors"
+	normShiftRaw        = "a conv1d weight is 3-D with a last dimension of Kc (raw Hugging Face layout): 1 added to the (1+w) norms"
+	normShiftConverted  = "conv1d weights are 3-D with a last dimension of 1 (mlx-lm conversion): the (1+w) norms are stored folded"
+	normShiftMTP        = "conv1d weights are 2-D and mtp tensors exist (converters drop them): 1 added to the (1+w) norms"
+	normShiftAssumed    = "conv1d weights are 2-D (or absent) and there are no mtp tensors: assumed raw, 1 added to the (1+w) norms"
+	normShiftAssumedMLX = "conv1d weights are 2-D (or absent) in an MLX-layout checkpoint: assumed folded, as mlx-lm does"
 )
 
 // normShift decides once per checkpoint whether the zero-centred norms are
 // stored as w (raw Hugging Face: add 1) or already as 1 + w (mlx-lm
-// conversions), by spec/qwen35.md 10.3:
-//  1. any conv1d weight 3-D with last dimension ≠ 1 → raw → shift;
-//  2. else any 3-D with last dimension 1 → converted → no shift;
-//  3. else (2-D) → raw if mtp tensors exist, otherwise assumed raw (and the
-//     caller warns).
-func normShift(cfg *Config, prefix string, tensors map[string]*mlx.Array, hasMTP bool) (shift bool, rule string) {
-	converted := false
+// conversions), by spec/qwen35.md 10.3 (mlx-lm's own rule):
+//  1. conv1d weights 3-D with last dimension ≠ 1 → raw → shift;
+//  2. 3-D with last dimension 1 → converted → no shift;
+//  3. both present → the checkpoint mixes converted and unconverted tensors:
+//     an error (shifting some norms twice or never would silently ruin it);
+//  4. else (2-D or absent) → raw if mtp tensors exist; otherwise assumed
+//     converted in the MLX layout (mlx-lm would not shift) and raw in
+//     Hugging Face's (the caller warns).
+func normShift(cfg *Config, prefix string, tensors map[string]*mlx.Array, hasMTP, mlxLayout bool) (shift bool, rule string, err error) {
+	var raw, converted []int
 	for i := range cfg.NumLayers {
 		a, ok := tensors[fmt.Sprintf("%slayers.%d.linear_attn.conv1d.weight", prefix, i)]
 		if !ok || a.NDim() != 3 {
 			continue
 		}
 		if a.Dim(-1) != 1 {
-			return true, normShiftRaw
+			raw = append(raw, i)
+		} else {
+			converted = append(converted, i)
 		}
-		converted = true
 	}
 	switch {
-	case converted:
-		return false, normShiftConverted
+	case len(raw) > 0 && len(converted) > 0:
+		return false, "", fmt.Errorf("qwen35: the checkpoint mixes converted and unconverted tensors: linear_attn.conv1d.weight of layers %v is [C, 1, Kc] (Hugging Face) but of layers %v is [C, Kc, 1] (an mlx-lm conversion), so whether the (1+w) norms are already folded cannot be decided; convert the whole checkpoint again from the original", raw, converted)
+	case len(raw) > 0:
+		return true, normShiftRaw, nil
+	case len(converted) > 0:
+		return false, normShiftConverted, nil
 	case hasMTP:
-		return true, normShiftMTP
+		return true, normShiftMTP, nil
+	case mlxLayout:
+		return false, normShiftAssumedMLX, nil
 	}
-	return true, normShiftAssumed
+	return true, normShiftAssumed, nil
 }

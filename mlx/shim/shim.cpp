@@ -782,6 +782,15 @@ int spx_gather_qmm(spx_array* out, spx_array x, spx_array w, spx_array scales,
   SPX_CATCH
 }
 
+int spx_gather_mm(spx_array* out, spx_array a, spx_array b,
+                  spx_array lhs_indices, spx_array rhs_indices,
+                  bool sorted_indices, spx_stream s) {
+  SPX_TRY
+  assign(out, mx::gather_mm(arr(a), arr(b), opt(lhs_indices),
+                            opt(rhs_indices), sorted_indices, stream(s)));
+  SPX_CATCH
+}
+
 int spx_cuda_kernel(spx_array* outs, size_t nout, const char* name,
                     const char* source, const char* header,
                     const char* const* input_names, const spx_array* inputs,

@@ -294,6 +294,12 @@ int spx_gather_qmm(spx_array* out, spx_array x, spx_array w, spx_array scales,
                    int bits, const char* mode, bool sorted_indices,
                    spx_stream s);
 
+/* Matmul with matrix-level gather (the dense counterpart of gather_qmm);
+ * lhs_indices and rhs_indices may be empty. */
+int spx_gather_mm(spx_array* out, spx_array a, spx_array b,
+                  spx_array lhs_indices, spx_array rhs_indices,
+                  bool sorted_indices, spx_stream s);
+
 /* ---- compiled functions ------------------------------------------------ */
 
 /* A function compiled by MLX (mx::compile) whose body is a Go function. */
