@@ -103,6 +103,7 @@ type rawConfig struct {
 
 type rawRope struct {
 	RopeType            *string  `json:"rope_type"`
+	Type                *string  `json:"type"` // rope_type as mlx-lm saves it in converted configs
 	RopeTheta           *float64 `json:"rope_theta"`
 	PartialRotaryFactor *float64 `json:"partial_rotary_factor"`
 }
@@ -262,6 +263,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if rope.RopeType != nil && *rope.RopeType != "default" {
 		bad("rope_parameters.rope_type", "is %q; only \"default\" is implemented", *rope.RopeType)
+	}
+	if rope.Type != nil && *rope.Type != "default" {
+		bad("rope_parameters.type", "is %q; only \"default\" is implemented", *rope.Type)
 	}
 	switch {
 	case rope.RopeTheta != nil:
