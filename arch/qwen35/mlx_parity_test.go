@@ -28,7 +28,7 @@ var mlxVariants = []struct {
 	{"qwen35-tiny-mlx-mxfp4", "mxfp4"},
 	{"qwen35-tiny-mlx-q3-g32", "affine 3-bit, group 32 (bit stream across words)"},
 	{"qwen35-tiny-mlx-q6", "affine 6-bit, group 64"},
-	{"qwen35-tiny-mlx-q2-g128", "affine 2-bit, group 128: only the 128-wide down_proj is quantized"},
+	{"qwen35-tiny-mlx-q2-g128", "affine 2-bit, group 128: only the 128-wide down_proj and o_proj are quantized"},
 	{"qwen35-tiny-mlx-nvfp4", "nvfp4"},
 	{"qwen35-tiny-mlx-mxfp8", "mxfp8"},
 	{"qwen35-tiny-mlx-q4-bf16", "affine 4-bit with bfloat16 weights, scales and biases (as mlx-community publishes)"},

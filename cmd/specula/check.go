@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/manifests"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
@@ -97,6 +100,9 @@ type componentOut struct {
 	Plugin       string     `json:"plugin,omitempty"`
 	SHA256       string     `json:"sha256,omitempty"`
 	Weights      *weightOut `json:"weights,omitempty"`
+	// Layout is how the weights are stored (headers only): MLX format,
+	// quantization, and every group of layers dense or quantized.
+	Layout *loader.Layout `json:"layout,omitempty"`
 }
 
 type weightOut struct {
@@ -171,7 +177,26 @@ func componentOf(c *manifests.Component) *componentOut {
 		FromConfig: c.FromConfig, Source: c.Source, Type: c.Type, Capabilities: capNames(c.Capabilities),
 		Provided: capNames(c.Provided), DType: c.DType.String(), ModelType: c.ModelType,
 		HiddenSize: c.Info.HiddenSize, NumLayers: c.Info.NumLayers, VocabSize: c.Info.VocabSize,
-		Weights: &weightOut{Status: string(w.Status), Files: w.Files, Tensors: w.Tensors, Bytes: w.Bytes, Problem: w.Problem}}
+		Weights: &weightOut{Status: string(w.Status), Files: w.Files, Tensors: w.Tensors, Bytes: w.Bytes, Problem: w.Problem},
+		Layout:  layoutOf(c)}
+}
+
+// layoutOf reads how c's weights are stored from the headers, or nil when
+// they are not there to read (their status says why).
+func layoutOf(c *manifests.Component) *loader.Layout {
+	if c.Weights.Status != manifests.WeightsPresent {
+		return nil
+	}
+	ck, err := loader.OpenCheckpoint(c.Dir)
+	if err != nil {
+		return nil
+	}
+	defer ck.Close()
+	l, err := ck.Layout()
+	if err != nil {
+		return nil
+	}
+	return l
 }
 
 func samplingOf(s manifests.Sampling) *samplingOut {
@@ -268,6 +293,21 @@ func writeComponent(w io.Writer, label string, c *componentOut) {
 	}
 	if c.BlockSize > 0 {
 		fmt.Fprintf(w, "  block         %d positions, mask token %d\n", c.BlockSize, *c.MaskToken)
+	}
+	if l := c.Layout; l != nil {
+		format := "Hugging Face"
+		if l.Format == "mlx" {
+			format = "MLX (format = mlx)"
+		}
+		counts := map[string]int{}
+		for _, g := range l.Groups {
+			counts[g.Storage] += g.Count
+		}
+		var parts []string
+		for _, st := range slices.Sorted(maps.Keys(counts)) {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[st], st))
+		}
+		fmt.Fprintf(w, "  layout        %s; quantization %s; layers: %s (specula inspect lists them by group)\n", format, orDash(l.Quantization), strings.Join(parts, ", "))
 	}
 	if wt := c.Weights; wt != nil {
 		switch wt.Status {

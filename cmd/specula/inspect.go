@@ -51,10 +51,13 @@ func runInspect(e *env, args []string) int {
 
 // inspectReport is what inspect shows; its JSON form is the --json output.
 type inspectReport struct {
-	Path   string            `json:"path"`
-	Kind   string            `json:"kind"`            // "file" or "checkpoint"
-	Index  string            `json:"index,omitempty"` // the index file, for a sharded checkpoint
-	Config *inspectConfig    `json:"config,omitempty"`
+	Path   string         `json:"path"`
+	Kind   string         `json:"kind"`            // "file" or "checkpoint"
+	Index  string         `json:"index,omitempty"` // the index file, for a sharded checkpoint
+	Config *inspectConfig `json:"config,omitempty"`
+	// Layout is how the checkpoint stores its weights: MLX format,
+	// quantization, and each group of layers dense or quantized.
+	Layout *loader.Layout    `json:"layout,omitempty"`
 	Files  map[string]string `json:"files,omitempty"` // recognised non-weight files found: role -> file name
 	Shards []inspectShard    `json:"shards"`
 	// Tensors are in file order, shard by shard.
@@ -113,6 +116,9 @@ func inspect(path string) (*inspectReport, error) {
 		}
 		if c.Config != nil {
 			r.Config = &inspectConfig{Architecture: c.Config.Architecture, ModelType: c.Config.ModelType}
+		}
+		if r.Layout, err = c.Layout(); err != nil {
+			return nil, err
 		}
 		r.Files = map[string]string{}
 		for role, p := range map[string]string{
@@ -191,6 +197,16 @@ func (r *inspectReport) writeText(w io.Writer) {
 			found = append(found, r.Files[role])
 		}
 		fmt.Fprintf(w, "generation and tokenizer files: %s\n", orDash(strings.Join(found, ", ")))
+		if l := r.Layout; l != nil {
+			format := "Hugging Face (no format = mlx metadata)"
+			if l.Format == "mlx" {
+				format = "MLX (format = mlx)"
+			}
+			fmt.Fprintf(w, "layout: %s; quantization: %s\n", format, orDash(l.Quantization))
+			for _, g := range l.Groups {
+				fmt.Fprintf(w, "  %s (%d): %s\n", g.Pattern, g.Count, g.Storage)
+			}
+		}
 	}
 	for _, s := range r.Shards {
 		var kv []string

@@ -207,3 +207,31 @@ func TestQuantizedDraftsOnQuantizedTargetAreExact(t *testing.T) {
 }
 
 func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// inspect and check show the layout and how each group of layers is stored.
+func TestInspectAndCheckShowQuantization(t *testing.T) {
+	dir := fixtures.Dir(t, "qwen35-tiny-mlx-q2-g128")
+	stdout, stderr, code := execSpecula(t, "inspect", dir)
+	if code != 0 {
+		t.Fatalf("inspect: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"layout: MLX (format = mlx); quantization: affine 2-bit, group 128",
+		"language_model.model.layers.*.mlp.down_proj (4): affine 2-bit, group 128",
+		"language_model.model.layers.*.mlp.gate_proj (4): dense F32",
+		"language_model.model.embed_tokens (1): dense F32",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, stdout)
+		}
+	}
+	manifest := filepath.Join(t.TempDir(), "m.toml")
+	text := "schema = 1\nname = \"q\"\n[target]\npath = " + strconvQuote(fixtures.Dir(t, "qwen35-tiny-mlx-mxfp4")) + "\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n"
+	if err := os.WriteFile(manifest, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = execSpecula(t, "check", manifest)
+	if want := "layout        MLX (format = mlx); quantization mxfp4 4-bit, group 32; layers: 32 mxfp4 4-bit, group 32"; code != 0 || !strings.Contains(stdout, want) {
+		t.Fatalf("check: exit %d, output lacks %q:\n%s%s", code, want, stdout, stderr)
+	}
+}
