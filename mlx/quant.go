@@ -124,6 +124,18 @@ func quantArgs(q Quant) (*C.char, error) {
 	return C.CString(string(q.Mode)), nil
 }
 
+// withMode validates q and runs op with q's mode as a C string; an invalid q
+// is recorded as the scope's error and gives an empty array.
+func withMode(q Quant, op func(mode *C.char) *Array) *Array {
+	mode, err := quantArgs(q)
+	if err != nil {
+		record(err)
+		return empty()
+	}
+	defer C.free(unsafe.Pointer(mode))
+	return op(mode)
+}
+
 // Quantize quantizes w along its last axis. biases is nil for the modes
 // without them. An invalid q is recorded as the scope's error (empty
 // arrays), like any failing op.
@@ -160,15 +172,11 @@ func Quantize(w *Array, q Quant) (wq, scales, biases *Array) {
 func Dequantize(w, scales, biases *Array, q Quant, dtype DType) *Array {
 	must(w)
 	must(scales)
-	mode, err := quantArgs(q)
-	if err != nil {
-		record(err)
-		return empty()
-	}
-	defer C.free(unsafe.Pointer(mode))
-	return build(func(out *C.spx_array) C.int {
-		return C.spx_dequantize(out, w.c, scales.c, h(biases), C.int(q.GroupSize), C.int(q.Bits), mode, C.int(dtype), defaultStream)
-	}, w, scales, biases)
+	return withMode(q, func(mode *C.char) *Array {
+		return build(func(out *C.spx_array) C.int {
+			return C.spx_dequantize(out, w.c, scales.c, h(biases), C.int(q.GroupSize), C.int(q.Bits), mode, C.int(dtype), defaultStream)
+		}, w, scales, biases)
+	})
 }
 
 // QuantizedMatmul returns x · Wᵀ (transpose) or x · W for the quantized
@@ -178,15 +186,11 @@ func QuantizedMatmul(x, w, scales, biases *Array, q Quant, transpose bool) *Arra
 	must(x)
 	must(w)
 	must(scales)
-	mode, err := quantArgs(q)
-	if err != nil {
-		record(err)
-		return empty()
-	}
-	defer C.free(unsafe.Pointer(mode))
-	return build(func(out *C.spx_array) C.int {
-		return C.spx_quantized_matmul(out, x.c, w.c, scales.c, h(biases), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), mode, defaultStream)
-	}, x, w, scales, biases)
+	return withMode(q, func(mode *C.char) *Array {
+		return build(func(out *C.spx_array) C.int {
+			return C.spx_quantized_matmul(out, x.c, w.c, scales.c, h(biases), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), mode, defaultStream)
+		}, x, w, scales, biases)
+	})
 }
 
 // GatherQMM is QuantizedMatmul over stacked weights w [..., E, out, in/pack]
@@ -198,15 +202,11 @@ func GatherQMM(x, w, scales, biases, lhsIndices, rhsIndices *Array, q Quant, tra
 	must(x)
 	must(w)
 	must(scales)
-	mode, err := quantArgs(q)
-	if err != nil {
-		record(err)
-		return empty()
-	}
-	defer C.free(unsafe.Pointer(mode))
-	return build(func(out *C.spx_array) C.int {
-		return C.spx_gather_qmm(out, x.c, w.c, scales.c, h(biases), h(lhsIndices), h(rhsIndices), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), mode, C.bool(sorted), defaultStream)
-	}, x, w, scales, biases, lhsIndices, rhsIndices)
+	return withMode(q, func(mode *C.char) *Array {
+		return build(func(out *C.spx_array) C.int {
+			return C.spx_gather_qmm(out, x.c, w.c, scales.c, h(biases), h(lhsIndices), h(rhsIndices), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), mode, C.bool(sorted), defaultStream)
+		}, x, w, scales, biases, lhsIndices, rhsIndices)
+	})
 }
 
 // GatherMM is the dense counterpart of GatherQMM: a · b with a matrix-level

@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/specula-dev/specula/arch/qwen35"
 	"github.com/specula-dev/specula/internal/fixtures"
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/mlx/mlxtest"
 	"github.com/specula-dev/specula/model"
@@ -126,6 +128,66 @@ func (f *Fixture) Draft(t *mlxtest.T, target model.DraftTarget) model.BlockDraft
 	t.NoErr(d.(model.TargetUser).AttachTarget(target))
 	t.NoErr(d.LoadWeights(f.Tensors(t)))
 	return d
+}
+
+// QuantizedDraft writes the fixture's draft in MLX's layout quantized with q
+// (what `specula quantize` writes: the architecture's ExportMLX, then
+// loader.WriteMLX) into a temporary folder, and loads that folder through
+// the registry and loader.OpenCheckpoint as a program would, attached to
+// target. It also returns the draft built the same way from the written
+// weights dequantized (dense layers holding exactly the values the
+// quantized ones represent): the two differ only in how they multiply.
+func (f *Fixture) QuantizedDraft(t *mlxtest.T, target model.DraftTarget, q mlx.Quant) (quantized, dequantized model.BlockDraft) {
+	t.Helper()
+	var arch struct {
+		Architectures []string `json:"architectures"`
+	}
+	t.NoErr(json.Unmarshal(f.Config, &arch))
+	build := func(dir string, config []byte, tensors map[string]*mlx.Array) model.BlockDraft {
+		v, _, err := registry.Default.Build(arch.Architectures[0], registry.Config{Dir: dir, JSON: config, DType: mlx.Float32})
+		t.NoErr(err)
+		d := v.(model.BlockDraft)
+		t.NoErr(d.(model.TargetUser).AttachTarget(target))
+		t.NoErr(d.LoadWeights(tensors))
+		t.NoErr(mlx.Eval(d.(model.WeightHolder).Weights()...)) // read before the folder goes
+		return d
+	}
+	ex := build(f.Dir, f.Config, f.Tensors(t)).(interface {
+		ExportMLX(map[string]*mlx.Array) (*loader.MLXModel, error)
+	})
+	src, err := loader.OpenCheckpoint(f.Dir)
+	t.NoErr(err)
+	defer src.Close()
+	m, err := ex.ExportMLX(f.Tensors(t))
+	t.NoErr(err)
+	dir, err := os.MkdirTemp("", "quantized-draft-")
+	t.NoErr(err)
+	defer os.RemoveAll(dir)
+	dst := filepath.Join(dir, "draft")
+	t.NoErr(loader.WriteMLX(dst, src, m, loader.MLXOptions{Quant: q}))
+
+	cfg, err := os.ReadFile(filepath.Join(dst, "config.json"))
+	t.NoErr(err)
+	ck, err := loader.OpenCheckpoint(dst)
+	t.NoErr(err)
+	defer ck.Close()
+	tensors, err := ck.Arrays()
+	t.NoErr(err)
+	quantized = build(dst, cfg, tensors)
+
+	dense := map[string]*mlx.Array{}
+	for name, a := range tensors {
+		base, ok := strings.CutSuffix(name, ".weight")
+		s, quant := tensors[base+".scales"]
+		switch {
+		case ok && quant:
+			dense[name] = mlx.Dequantize(a, s, tensors[base+".biases"], q, mlx.Float32)
+		case strings.HasSuffix(name, ".scales") || strings.HasSuffix(name, ".biases"):
+		default:
+			dense[name] = a
+		}
+	}
+	return quantized, build(f.Dir, f.Config, dense)
 }
 
 // Features runs ids through a fresh set of target caches and returns the
