@@ -138,20 +138,32 @@ func targetTensors(dir string) ([]*draftv1.TensorLocation, error) {
 			head = &t
 		}
 	}
-	var out []*draftv1.TensorLocation
-	for _, x := range []struct {
-		t    *loader.TensorInfo
-		role string
-	}{{embed, sdk.RoleEmbedding}, {head, sdk.RoleHead}} {
-		if x.t == nil {
-			continue
+	// A quantized table or head (an MLX-format target) comes with its
+	// scales and biases, under the role plus their suffix; the plugin
+	// infers the quantization from the shapes and the hidden size.
+	locate := func(t *loader.TensorInfo, role string) []*draftv1.TensorLocation {
+		if t == nil {
+			return nil
 		}
-		loc := &draftv1.TensorLocation{Name: x.t.Name, Role: x.role, File: x.t.Path, Offset: x.t.Offset, Length: x.t.Size, Dtype: x.t.DType.String()}
-		for _, s := range x.t.Shape {
-			loc.Shape = append(loc.Shape, int64(s))
+		list := []*loader.TensorInfo{t}
+		roles := []string{role}
+		base := strings.TrimSuffix(t.Name, ".weight")
+		for _, suffix := range []string{sdk.ScalesSuffix, sdk.BiasesSuffix} {
+			if q, ok := ck.Tensor(base + suffix); ok {
+				list, roles = append(list, &q), append(roles, role+suffix)
+			}
 		}
-		out = append(out, loc)
+		var locs []*draftv1.TensorLocation
+		for i, x := range list {
+			loc := &draftv1.TensorLocation{Name: x.Name, Role: roles[i], File: x.Path, Offset: x.Offset, Length: x.Size, Dtype: x.DType.String()}
+			for _, s := range x.Shape {
+				loc.Shape = append(loc.Shape, int64(s))
+			}
+			locs = append(locs, loc)
+		}
+		return locs
 	}
+	out := append(locate(embed, sdk.RoleEmbedding), locate(head, sdk.RoleHead)...)
 	return out, nil
 }
 

@@ -122,24 +122,37 @@ func quantOf(path string, w, scales, biases *mlx.Array, quant *loader.Quantizati
 		return q, nil
 	}
 	// mlx-lm's rule for layers the config does not describe correctly.
-	if w.NDim() == n && scales.NDim() == n && scales.Dim(-1) > 0 && in > 0 {
-		inferred := mlx.Quant{Mode: mlx.Affine, GroupSize: in / scales.Dim(-1), Bits: w.Dim(-1) * 32 / in}
-		if scales.DType() == mlx.Uint8 {
-			for _, mode := range []mlx.QuantMode{mlx.MXFP4, mlx.NVFP4, mlx.MXFP8} {
-				if d, _ := mlx.DefaultQuant(mode); d.Bits == inferred.Bits && d.GroupSize == inferred.GroupSize {
-					inferred.Mode = mode
-				}
-			}
-		}
-		if fits(inferred) {
-			slog.Debug("nn: quantization inferred from the tensor shapes", "layer", path, "config", q.String(), "inferred", inferred.String())
-			return inferred, nil
-		}
+	if inferred, ok := InferQuant(w, scales, in); ok && fits(inferred) {
+		slog.Debug("nn: quantization inferred from the tensor shapes", "layer", path, "config", q.String(), "inferred", inferred.String())
+		return inferred, nil
 	}
 	packed, _ := q.PackedDim(in)
 	return q, fmt.Errorf("%s is %s%v with %s %s%v: does not match a [%s] layer quantized %s (want %s%v and scales %v)",
 		wName, w.DType(), w.Shape(), sName, scales.DType(), scales.Shape(), joinInts(shape), q,
 		mlx.Uint32, append(slices.Clone(lead), packed), append(slices.Clone(lead), in/max(q.GroupSize, 1)))
+}
+
+// InferQuant recovers how a weight of logical input dimension in was
+// quantized from its packed weight and scales, as mlx-lm does for layers
+// its config does not describe: group size = in / scale columns, bits =
+// 32 · packed columns / in, and the mode from the scales' dtype (float:
+// affine; uint8: the fp mode with those bits and group size). ok is false
+// when no valid quantization fits.
+func InferQuant(w, scales *mlx.Array, in int) (q mlx.Quant, ok bool) {
+	if w.NDim() < 2 || scales.NDim() != w.NDim() || scales.Dim(-1) <= 0 || in <= 0 {
+		return q, false
+	}
+	q = mlx.Quant{Mode: mlx.Affine, GroupSize: in / scales.Dim(-1), Bits: w.Dim(-1) * 32 / in}
+	if scales.DType() == mlx.Uint8 {
+		q.Mode = ""
+		for _, mode := range []mlx.QuantMode{mlx.MXFP4, mlx.NVFP4, mlx.MXFP8} {
+			if d, _ := mlx.DefaultQuant(mode); d.Bits == q.Bits && d.GroupSize == q.GroupSize {
+				q.Mode = mode
+			}
+		}
+	}
+	packed, fits := q.PackedDim(in)
+	return q, fits && packed == w.Dim(-1) && q.Validate() == nil
 }
 
 func joinInts(v []int) string {

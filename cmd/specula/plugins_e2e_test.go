@@ -196,3 +196,56 @@ func TestE2EPluginInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// A plugin draft borrows a quantized (MLX-format) target's embedding and
+// head (the host sends their scales and biases too), and greedy output
+// with it equals plain greedy output on that target.
+func TestE2EPluginOnQuantizedTarget(t *testing.T) {
+	bin := plugintest.Build(t, "../../plugins/examples/dflash")
+	prompt, _ := fixturePrompt(t)
+	text := fmt.Sprintf(`schema = 1
+name = "plugin-quantized"
+[target]
+path = %q
+capabilities = ["model", "draft-target"]
+dtype = "float32"
+[draft]
+path = %q
+capabilities = ["draft", "block-draft"]
+plugin = %q
+sha256 = %q
+[sampling]
+temperature = 0.0
+max_tokens = 32
+`, fixtures.Dir(t, "qwen35-tiny-mlx-q4"), fixtures.Dir(t, "dflash-tiny"), bin.Name, bin.SHA256)
+	manifest := filepath.Join(t.TempDir(), "plugin.toml")
+	if err := os.WriteFile(manifest, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var runs [2]struct {
+		IDs   []int32 `json:"ids"`
+		Stats struct {
+			Drafted   int            `json:"drafted"`
+			Fallbacks map[string]int `json:"fallbacks"`
+		} `json:"stats"`
+	}
+	for i, extra := range [][]string{nil, {"--no-draft"}} {
+		args := append([]string{"run", "-m", manifest, "--plugin-dir", bin.Dir, "--ids", joinIDs(prompt), "--json", "--quiet"}, extra...)
+		stdout, stderr, code := runPluginCommand(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if err := json.Unmarshal([]byte(stdout), &runs[i]); err != nil {
+			t.Fatalf("%v: %s", err, stdout)
+		}
+	}
+	for reason := range runs[0].Stats.Fallbacks {
+		if strings.HasPrefix(reason, "plugin-") {
+			t.Fatalf("plugin fallback: %v", runs[0].Stats.Fallbacks)
+		}
+	}
+	if !slices.Equal(runs[0].IDs, runs[1].IDs) || len(runs[0].IDs) != 32 || runs[0].Stats.Drafted == 0 {
+		t.Fatalf("with the plugin draft %v (drafted %d)\nplain %v", runs[0].IDs, runs[0].Stats.Drafted, runs[1].IDs)
+	}
+	noPluginLeft(t, bin)
+}

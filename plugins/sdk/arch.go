@@ -64,10 +64,14 @@ type TensorLocation struct {
 	Shape            []int
 }
 
-// Target tensor roles.
+// Target tensor roles. A quantized embedding or head (an MLX-format
+// target) also sends its scales, and for affine quantization its biases,
+// under the role plus ScalesSuffix or BiasesSuffix ("embedding.scales").
 const (
 	RoleEmbedding = "embedding"
 	RoleHead      = "head"
+	ScalesSuffix  = ".scales"
+	BiasesSuffix  = ".biases"
 )
 
 // BlockDraft serves a block draft (DFlash-style) out of process. newDraft

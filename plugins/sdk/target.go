@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
+	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/cache"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
@@ -17,35 +19,83 @@ import (
 // the draft sets, which Load reports back for the host to apply. It cannot
 // run a forward: the target runs in the host.
 type standInTarget struct {
-	info        TargetInfo
-	taps        []int
-	embed, head *mlx.Array // pinned; head nil when tied
+	info  TargetInfo
+	taps  []int
+	embed *nn.Embedding // pinned
+	head  *nn.Linear    // pinned; nil when tied
 }
 
 var _ model.DraftTarget = (*standInTarget)(nil)
 
 func newStandInTarget(cfg *LoadConfig) (*standInTarget, error) {
 	t := &standInTarget{info: cfg.Target}
+	arrays := map[string]*mlx.Array{}
 	for _, loc := range cfg.Target.Tensors {
-		if loc.Role != RoleEmbedding && loc.Role != RoleHead {
+		switch strings.TrimSuffix(strings.TrimSuffix(loc.Role, ScalesSuffix), BiasesSuffix) {
+		case RoleEmbedding, RoleHead:
+		default:
 			continue
 		}
 		a, err := readTensor(loc)
 		if err != nil {
-			t.free()
 			return nil, err
 		}
-		if cfg.DType.IsFloat() && a.DType() != cfg.DType {
-			a = mlx.AsType(a, cfg.DType)
-		}
-		mlx.Pin(a)
-		if loc.Role == RoleEmbedding {
-			t.embed = a
-		} else {
-			t.head = a
-		}
+		arrays[loc.Role] = a
 	}
+	dtype := cfg.DType
+	if !dtype.IsFloat() {
+		dtype = mlx.Float32
+	}
+	layer := func(role string) (*nn.Linear, error) {
+		w, ok := arrays[role]
+		if !ok {
+			return nil, nil
+		}
+		scales, quantized := arrays[role+ScalesSuffix]
+		if !quantized {
+			if !w.DType().IsFloat() {
+				return nil, fmt.Errorf("target %s has dtype %s and no scales were sent: a quantized target needs a host that sends them (update specula)", role, w.DType())
+			}
+			return nn.Dense(cast(w, dtype), nil), nil
+		}
+		q, ok := nn.InferQuant(w, scales, t.info.HiddenSize)
+		if !ok {
+			return nil, fmt.Errorf("target %s: packed %v with scales %v fits no MLX quantization of hidden size %d", role, w.Shape(), scales.Shape(), t.info.HiddenSize)
+		}
+		l := &nn.Linear{Weight: w, Scales: scales, Biases: arrays[role+BiasesSuffix], Quant: q}
+		return l.AsType(dtype), nil
+	}
+	embed, err := layer(RoleEmbedding)
+	if err != nil {
+		return nil, err
+	}
+	if t.head, err = layer(RoleHead); err != nil {
+		return nil, err
+	}
+	if embed != nil {
+		t.embed = &nn.Embedding{Table: embed, DType: dtype}
+	}
+	mlx.Pin(t.arrays()...)
 	return t, nil
+}
+
+// arrays lists what the stand-in holds.
+func (t *standInTarget) arrays() []*mlx.Array {
+	var out []*mlx.Array
+	if t.embed != nil {
+		out = append(out, t.embed.Table.Arrays()...)
+	}
+	if t.head != nil {
+		out = append(out, t.head.Arrays()...)
+	}
+	return out
+}
+
+func cast(a *mlx.Array, dtype mlx.DType) *mlx.Array {
+	if a.DType() == dtype {
+		return a
+	}
+	return mlx.AsType(a, dtype)
 }
 
 // readTensor reads one tensor from its file.
@@ -73,7 +123,7 @@ func readTensor(loc TensorLocation) (*mlx.Array, error) {
 	return mlx.FromBytes(buf, dt, loc.Shape...), nil
 }
 
-func (t *standInTarget) free() { mlx.Unpin(t.embed, t.head) }
+func (t *standInTarget) free() { mlx.Unpin(t.arrays()...) }
 
 func (t *standInTarget) LoadWeights(map[string]*mlx.Array) error {
 	return fmt.Errorf("sdk: the target runs in the host; its weights cannot be loaded in a plugin")
@@ -105,18 +155,17 @@ func (t *standInTarget) TokenEmbeddings(ids *mlx.Array) *mlx.Array {
 	if t.embed == nil {
 		panic("sdk: the host sent no location for the target's token embedding (Load target.tensors)")
 	}
-	return mlx.Take(t.embed, ids, 0)
+	return t.embed.Lookup(ids)
 }
 
 func (t *standInTarget) RawLogits(hidden *mlx.Array) *mlx.Array {
-	w := t.head
-	if w == nil {
-		w = t.embed
+	switch {
+	case t.head != nil:
+		return t.head.Forward(hidden)
+	case t.embed != nil:
+		return t.embed.AsLinear(hidden)
 	}
-	if w == nil {
-		panic("sdk: the host sent no location for the target's head or embedding (Load target.tensors)")
-	}
-	return mlx.Linear(hidden, w)
+	panic("sdk: the host sent no location for the target's head or embedding (Load target.tensors)")
 }
 
 func (t *standInTarget) Unembed(hidden *mlx.Array) *mlx.Array { return t.RawLogits(hidden) }
