@@ -16,11 +16,31 @@ import (
 // own records and the plugin's stderr lines (which go-plugin parses from
 // hclog JSON) become structured records of the host's log. It remembers the
 // plugin's last warnings and errors so that a failed start can say why.
+//
+// What reaches the user's terminal (the host logs at warn by default) is
+// kept to what they can act on: go-plugin's own records (its view of a
+// process exiting, a graceful shutdown that failed) are demoted to debug,
+// because the host reports those events itself, once, in its own words; and
+// a plugin's panic becomes one warning with the panic value, its stack
+// trace going to debug.
 type hclogAdapter struct {
-	log    *slog.Logger
-	name   string
-	args   []any
-	recent *recentLines
+	log  *slog.Logger
+	name string
+	args []any
+	// stderrName is the name go-plugin gives the logger of the plugin's
+	// stderr (Named with the binary's file name).
+	stderrName string
+	// fromPlugin marks the adapter that receives the plugin's stderr.
+	fromPlugin bool
+	recent     *recentLines
+	panic      *panicState
+}
+
+// panicState follows a plugin's stderr through a Go panic or fatal error:
+// the first line carries the value, the lines after it are the trace.
+type panicState struct {
+	mu sync.Mutex
+	in bool
 }
 
 // recentLines keeps the last few messages, for error reports.
@@ -40,19 +60,36 @@ func (r *recentLines) add(s string) {
 	}
 }
 
-// raw returns a writer that remembers error records among raw stderr
-// lines (go-plugin writes each line, then a newline, to it).
+// recentLen bounds one remembered message.
+const recentLen = 300
+
+// raw returns a writer that remembers, among raw stderr lines (go-plugin
+// writes each line, then a newline, to it), the warning and error records
+// and the first line of a panic or fatal error (a plugin that is not built
+// with the SDK, or dies before logging, has nothing else to say).
 func (r *recentLines) raw() io.Writer {
 	return writerFunc(func(p []byte) (int, error) {
 		var e struct {
 			Level   string `json:"@level"`
 			Message string `json:"@message"`
 		}
-		if json.Unmarshal(p, &e) == nil && (e.Level == "error" || e.Level == "warn") && e.Message != "" {
-			r.add(e.Message)
+		line := strings.TrimSpace(string(p))
+		switch {
+		case json.Unmarshal(p, &e) == nil:
+			if (e.Level == "error" || e.Level == "warn") && e.Message != "" {
+				r.add(clip(e.Message, recentLen))
+			}
+		case isPanicLine(line):
+			r.add(clip(line, recentLen))
 		}
 		return len(p), nil
 	})
+}
+
+// isPanicLine reports whether a stderr line starts a Go panic or fatal
+// error report.
+func isPanicLine(line string) bool {
+	return strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ")
 }
 
 // String joins the remembered messages.
@@ -62,8 +99,10 @@ func (r *recentLines) String() string {
 	return strings.Join(r.lines, "; ")
 }
 
-func newHCLogAdapter(log *slog.Logger, name string) *hclogAdapter {
-	return &hclogAdapter{log: log.With("logger", name), name: name, recent: &recentLines{}}
+// newHCLogAdapter returns the adapter of the plugin binary whose file name
+// is binary, logging under name.
+func newHCLogAdapter(log *slog.Logger, name, binary string) *hclogAdapter {
+	return &hclogAdapter{log: log.With("logger", name), name: name, stderrName: binary, recent: &recentLines{}, panic: &panicState{}}
 }
 
 var _ hclog.Logger = (*hclogAdapter)(nil)
@@ -86,6 +125,28 @@ func slogLevel(l hclog.Level) slog.Level {
 // is kept under "extra".
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	lv := slogLevel(level)
+	switch {
+	case !a.fromPlugin:
+		// go-plugin's own record.
+		lv = min(lv, slog.LevelDebug)
+	case level == hclog.Error && isPanicLine(msg):
+		a.panic.mu.Lock()
+		a.panic.in = true
+		a.panic.mu.Unlock()
+		if a.log.Enabled(context.Background(), slog.LevelDebug) {
+			break // the trace follows at debug: log the line with it
+		}
+		value := strings.TrimPrefix(strings.TrimPrefix(msg, "panic: "), "fatal error: ")
+		a.log.Warn("plugin panicked (SPECULA_LOG=debug shows its stack trace)", "panic", value)
+		return
+	default:
+		a.panic.mu.Lock()
+		in := a.panic.in
+		a.panic.mu.Unlock()
+		if in {
+			lv = min(lv, slog.LevelDebug) // the trace of a panic
+		}
+	}
 	if !a.log.Enabled(context.Background(), lv) {
 		return
 	}
@@ -122,11 +183,16 @@ func (a *hclogAdapter) With(args ...any) hclog.Logger {
 
 func (a *hclogAdapter) Name() string { return a.name }
 
-// Named is what go-plugin calls for the logger of the plugin's stderr; the
-// records keep the host's name (plugin.<name>).
-func (a *hclogAdapter) Named(string) hclog.Logger { return a }
+// Named is what go-plugin calls for the logger of the plugin's stderr
+// (named after the binary) and of its own parts; the records keep the
+// host's name (plugin.<name>).
+func (a *hclogAdapter) Named(name string) hclog.Logger {
+	c := *a
+	c.fromPlugin = name == a.stderrName
+	return &c
+}
 
-func (a *hclogAdapter) ResetNamed(string) hclog.Logger { return a.Named("") }
+func (a *hclogAdapter) ResetNamed(name string) hclog.Logger { return a.Named(name) }
 
 // SetLevel is a no-op: the slog handler decides.
 func (a *hclogAdapter) SetLevel(hclog.Level) {}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +33,9 @@ import (
 const (
 	envHelper = "SPECULA_TEST_HELPER_PLUGIN"
 	envMode   = "SPECULA_TEST_HELPER_MODE"
+	// envPIDFile names a file the helper writes its pid to (mode
+	// nohandshake).
+	envPIDFile = "SPECULA_TEST_HELPER_PIDFILE"
 )
 
 func TestMain(m *testing.M) {
@@ -170,6 +175,16 @@ func (f *faulty) Propose(ctx context.Context, r *draftv1.ProposeRequest) (*draft
 		if f.proposals >= 2 {
 			time.Sleep(time.Hour)
 		}
+	case "stop":
+		if f.proposals >= 2 {
+			// Frozen, as by a debugger or a user's kill -STOP: it answers
+			// nothing, not even go-plugin's graceful Shutdown.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+	case "panic":
+		if f.proposals >= 2 {
+			panic("helper: the frobnicator overflowed")
+		}
 	case "nan":
 		probs[0] = float32(math.NaN())
 	case "negative":
@@ -189,6 +204,16 @@ func helperMain(mode string) {
 	case "notplugin":
 		fmt.Println("hello, I am not a plugin")
 		return
+	case "silent":
+		// Exits at once, printing nothing.
+		os.Exit(3)
+	case "nohandshake":
+		// Never completes the handshake (a binary that is not a plugin,
+		// say `sleep 300`); it tells the test its pid first.
+		if f := os.Getenv(envPIDFile); f != "" {
+			_ = os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o644)
+		}
+		time.Sleep(time.Hour)
 	case "protocol":
 		// A plugin built for a future protocol version only.
 		p := helperPlugin("")

@@ -71,6 +71,10 @@ type Host struct {
 	cfg Config
 	log *slog.Logger
 
+	// done is cancelled by Close: it ends starts and calls in flight.
+	done      context.Context
+	closeDone context.CancelFunc
+
 	mu      sync.Mutex
 	loaded  map[string]*loadedPlugin // by plugin name
 	running map[*process]bool
@@ -107,7 +111,20 @@ func NewHost(cfg Config) *Host {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Host{cfg: cfg, log: log, loaded: map[string]*loadedPlugin{}, running: map[*process]bool{}}
+	h := &Host{cfg: cfg, log: log, loaded: map[string]*loadedPlugin{}, running: map[*process]bool{}}
+	h.done, h.closeDone = context.WithCancel(context.Background())
+	return h
+}
+
+// callContext bounds a call to a plugin: ctx with timeout, also cancelled
+// when the host closes.
+func (h *Host) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	stop := context.AfterFunc(h.done, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // SearchPath returns the folders this host searches.
@@ -119,9 +136,10 @@ func (h *Host) track(p *process) {
 	h.running[p] = true
 }
 
-// stop kills p and forgets it.
-func (h *Host) stop(p *process) {
-	p.kill()
+// stop ends p (a graceful shutdown first, SIGKILL after grace; see
+// process.kill) and forgets it.
+func (h *Host) stop(p *process, grace time.Duration) {
+	p.kill(grace)
 	h.mu.Lock()
 	delete(h.running, p)
 	h.mu.Unlock()
@@ -149,12 +167,15 @@ func (h *Host) isClosed() bool {
 	return h.closed
 }
 
-// Close ends every plugin process the host started and waits for them.
+// Close ends every plugin process the host started and waits for them: each
+// gets a short grace to shut down, then is killed, so Close returns within
+// seconds whatever the plugins do. Starts and calls in flight are cancelled.
 // Requests still running through its drafters continue by plain decoding,
 // with stats reason FaultClosed (not a fault: nothing is logged).
 func (h *Host) Close() {
 	h.mu.Lock()
 	h.closed = true
+	h.closeDone()
 	procs := make([]*process, 0, len(h.running))
 	for p := range h.running {
 		procs = append(procs, p)
@@ -162,7 +183,7 @@ func (h *Host) Close() {
 	h.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range procs {
-		wg.Go(func() { h.stop(p) })
+		wg.Go(func() { h.stop(p, killGrace) })
 	}
 	wg.Wait()
 }
@@ -200,13 +221,13 @@ func (h *Host) LoadPlugin(ctx context.Context, name, sha256 string, reg *registr
 		if err != nil {
 			return err
 		}
-		p, err := h.launch(c, sha256)
+		p, err := h.launch(ctx, c, sha256)
 		if err != nil {
 			return err
 		}
-		desc, err := h.describe(p, c)
+		desc, err := h.describe(ctx, p, c)
 		if err != nil {
-			h.stop(p)
+			h.stop(p, killGrace)
 			return err
 		}
 		lp = &loadedPlugin{name: name, sha: sha256, cand: c, desc: desc, idle: p}
@@ -282,12 +303,12 @@ func (h *Host) process(lp *loadedPlugin) (*process, error) {
 
 // restart starts lp's binary again and checks its Describe.
 func (h *Host) restart(lp *loadedPlugin) (*process, error) {
-	p, err := h.launch(lp.cand, lp.sha)
+	p, err := h.launch(h.done, lp.cand, lp.sha)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := h.describe(p, lp.cand); err != nil {
-		h.stop(p)
+	if _, err := h.describe(h.done, p, lp.cand); err != nil {
+		h.stop(p, killGrace)
 		return nil, err
 	}
 	return p, nil

@@ -212,6 +212,7 @@ func TestSubprocessStartFailures(t *testing.T) {
 		{"protocol", "speaks another plugin protocol version"},
 		{"stdout", "wrote to stdout before its handshake"},
 		{"notplugin", "not a specula plugin"},
+		{"silent", "exited with status 3 before the handshake, printing nothing on stdout"},
 	}
 	for _, c := range cases {
 		t.Run(c.mode, func(t *testing.T) {

@@ -3,6 +3,7 @@
 package plugins
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -17,4 +18,13 @@ func ownProcessGroup(cmd *exec.Cmd) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+}
+
+// killProcess ends p and every process in its group (the plugin's helpers
+// too) with SIGKILL, which also ends a stopped process.
+func killProcess(p *os.Process) error {
+	if err := syscall.Kill(-p.Pid, syscall.SIGKILL); err == nil {
+		return nil
+	}
+	return p.Kill()
 }

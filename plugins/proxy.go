@@ -88,7 +88,7 @@ func (d *Draft) NewDrafter(target model.DraftTarget, _ []cache.Cache) (speculati
 	sel := d.caps.Contains(model.CapSelector) && (!d.prepared || d.declared.Contains(model.CapSelector))
 	dr, err := load(p, req, target, drafterConfig{name: d.lp.name, selector: sel, timeouts: d.h.cfg.Timeouts, log: d.h.log, host: d.h, lp: d.lp})
 	if err != nil {
-		d.h.stop(p)
+		d.h.stop(p, killGrace)
 		return nil, err
 	}
 	return dr, nil
@@ -206,7 +206,7 @@ func load(p *process, req *draftv1.LoadRequest, target model.DraftTarget, cfg dr
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
-	resp, err := sendLoad(p, req, cfg.timeouts.Load)
+	resp, err := cfg.sendLoad(p, req)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: Load %s: %w", cfg.name, req.GetArchitecture(), err)
 	}
@@ -219,8 +219,12 @@ func load(p *process, req *draftv1.LoadRequest, target model.DraftTarget, cfg dr
 	return d, nil
 }
 
-func sendLoad(p *process, req *draftv1.LoadRequest, timeout time.Duration) (*draftv1.LoadResponse, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// sendLoad sends Load within its deadline; closing the host cancels it.
+func (cfg *drafterConfig) sendLoad(p *process, req *draftv1.LoadRequest) (*draftv1.LoadResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeouts.Load)
+	if cfg.host != nil {
+		ctx, cancel = cfg.host.callContext(context.Background(), cfg.timeouts.Load)
+	}
 	defer cancel()
 	return p.rpc.Load(ctx, req)
 }
@@ -316,9 +320,9 @@ func (d *Drafter) isClosed() bool {
 
 func (d *Drafter) stopProcess(p *process) {
 	if d.cfg.host != nil {
-		d.cfg.host.stop(p)
+		d.cfg.host.stop(p, killGrace)
 	} else {
-		p.kill()
+		p.kill(killGrace)
 	}
 }
 
@@ -364,12 +368,12 @@ func (d *Drafter) current() (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := sendLoad(p, d.req, d.cfg.timeouts.Load)
+	resp, err := d.cfg.sendLoad(p, d.req)
 	if err == nil && !sameLoad(resp, d.resp) {
 		err = fmt.Errorf("Load answered differently after the restart (%v, was %v)", resp, d.resp)
 	}
 	if err != nil {
-		d.cfg.host.stop(p)
+		d.cfg.host.stop(p, killGrace)
 		return nil, err
 	}
 	d.cfg.log.Warn("plugin restarted", "plugin", d.cfg.name, "pid", p.pid, "restarts", len(d.restarts))
