@@ -39,7 +39,20 @@ type Options struct {
 	Progress Progress
 	// Logger receives structured logs (nil: slog.Default()).
 	Logger *slog.Logger
+	// NoDraft loads the target alone: the manifest's draft is not resolved,
+	// started or loaded (every request decodes plainly).
+	NoDraft bool
 }
+
+// DraftError is a Load failure that comes from the manifest's draft alone:
+// the target resolves and its weights are present, so loading with
+// Options.NoDraft would succeed. Err is the failure.
+type DraftError struct{ Err error }
+
+func (e *DraftError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the failure.
+func (e *DraftError) Unwrap() error { return e.Err }
 
 // Engine is a loaded manifest: a target with weights, an optional draft,
 // the tokenizer when the target folder has one, and the depth controller
@@ -81,12 +94,13 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := manifests.Resolve(ctx, m, opts.Registry, manifests.Options{GPU: gpu, LoadPlugin: opts.LoadPlugin})
-	if err != nil {
-		return nil, err
+	resolveOpts := manifests.Options{GPU: gpu, LoadPlugin: opts.LoadPlugin, TargetOnly: opts.NoDraft}
+	plan, err := manifests.Resolve(ctx, m, opts.Registry, resolveOpts)
+	if err == nil {
+		err = plan.Ready()
 	}
-	if err := plan.Ready(); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, blameDraft(ctx, m, opts.Registry, resolveOpts, err)
 	}
 	for _, w := range plan.Warnings {
 		log.Warn(w, "manifest", path)
@@ -102,13 +116,34 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 		if err := loadWeights(e.target, "target weights", plan.Target.Dir, opts.Progress); err != nil {
 			return fmt.Errorf("loading target %s from %s: %w", plan.Target.Architecture, plan.Target.Dir, err)
 		}
-		return e.loadDraft(plan, opts.Progress)
+		if err := e.loadDraft(plan, opts.Progress); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			return &DraftError{Err: err}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	e.LoadTime = time.Since(start)
 	return e, nil
+}
+
+// blameDraft returns err, a failure to resolve m, as a *DraftError when the
+// target alone resolves with its weights present: then the draft is what
+// failed. (Resolving the target again reads headers only.)
+func blameDraft(ctx context.Context, m *manifests.Manifest, reg *registry.Registry, opts manifests.Options, err error) error {
+	if m.Draft == nil || opts.TargetOnly || ctx.Err() != nil {
+		return err
+	}
+	opts.TargetOnly, opts.LoadPlugin = true, nil
+	plan, terr := manifests.Resolve(ctx, m, reg, opts)
+	if terr != nil || plan.Ready() != nil {
+		return err
+	}
+	return &DraftError{Err: err}
 }
 
 // loadDraft loads the draft's weights (built-in) or builds the plugin's

@@ -284,3 +284,71 @@ func TestNonFiniteLogitsStopTheRequest(t *testing.T) {
 		})
 	}
 }
+
+// truncatedCopy copies the fixture checkpoint name into a fresh folder with
+// its model.safetensors cut in half (an interrupted download).
+func truncatedCopy(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		b, err := os.ReadFile(filepath.Join(fixtures.Dir(t, name), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "model.safetensors" {
+			b = b[:len(b)/2]
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestNoDraft: a draft that cannot load fails Load with a *DraftError, and
+// Options.NoDraft loads the target alone without touching the draft; a
+// broken target is not blamed on the draft.
+func TestNoDraft(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	target := fmt.Sprintf("schema = 1\n[target]\npath = %q\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n", fixtures.Dir(t, "qwen35-tiny"))
+	write := func(body string) string {
+		path := filepath.Join(t.TempDir(), "m.toml")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, c := range []struct{ name, manifest string }{
+		{"truncated draft", write(target + fmt.Sprintf("[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n", truncatedCopy(t, "dflash-tiny")))},
+		{"missing draft folder", write(target + fmt.Sprintf("[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n", filepath.Join(t.TempDir(), "absent")))},
+		{"draft weights missing at load", writeManifest(t, "dflash-tiny", "weights = false\n")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := engine.Load(context.Background(), c.manifest, engine.Options{})
+			var de *engine.DraftError
+			if !errors.As(err, &de) {
+				t.Fatalf("Load = %v (%T); want a *engine.DraftError", err, err)
+			}
+			e, err := engine.Load(context.Background(), c.manifest, engine.Options{NoDraft: true})
+			if err != nil {
+				t.Fatalf("Load with NoDraft: %v", err)
+			}
+			if e.HasDraft() {
+				t.Fatal("NoDraft loaded a draft")
+			}
+			resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: len(ref.GreedyIDs)}, nil)
+			if err != nil || !slices.Equal(resp.IDs, ref.GreedyIDs) {
+				t.Fatalf("greedy %v (%v); want the reference %v", resp.IDs, err, ref.GreedyIDs)
+			}
+		})
+	}
+	t.Run("truncated target", func(t *testing.T) {
+		m := write(fmt.Sprintf("schema = 1\n[target]\npath = %q\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n",
+			truncatedCopy(t, "qwen35-tiny"), fixtures.Dir(t, "dflash-tiny")))
+		_, err := engine.Load(context.Background(), m, engine.Options{})
+		var de *engine.DraftError
+		if err == nil || errors.As(err, &de) {
+			t.Fatalf("Load = %v; want an error not blamed on the draft", err)
+		}
+	})
+}

@@ -31,6 +31,10 @@ type Options struct {
 	// nothing when they are already there). Nil means this program has no
 	// plugin host, and manifests naming a plugin are refused.
 	LoadPlugin func(ctx context.Context, name, sha256 string, reg *registry.Registry) error
+	// TargetOnly resolves the [target] alone, as if the manifest had no
+	// [draft]: the draft's folder is not read, its architecture not looked
+	// up, its plugin not started (for a run that decodes plainly anyway).
+	TargetOnly bool
 }
 
 // maxConfigSize bounds config.json; real ones are a few kilobytes.
@@ -121,7 +125,7 @@ func (r *resolver) run() (*Plan, error) {
 	parts := []*part{{table: "target", kind: registry.KindTarget, ck: &m.Target.Checkpoint}}
 	r.plan.Target = &TargetPlan{}
 	parts[0].comp = &r.plan.Target.Component
-	if m.Draft != nil {
+	if m.Draft != nil && !r.opts.TargetOnly {
 		r.plan.Draft = &DraftPlan{Plugin: m.Draft.Plugin, SHA256: m.Draft.SHA256}
 		parts = append(parts, &part{table: "draft", kind: registry.KindDraft, ck: &m.Draft.Checkpoint, comp: &r.plan.Draft.Component})
 	}
@@ -539,7 +543,7 @@ func (r *resolver) speculation() {
 	hasSpec := r.m.line("speculation") > 0
 	switch {
 	case d == nil:
-		if hasSpec {
+		if hasSpec && !r.opts.TargetOnly {
 			r.warnf("[speculation] has no effect without a [draft]")
 		}
 	case !s.Enabled:

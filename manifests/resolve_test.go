@@ -678,3 +678,41 @@ func TestResolveDefaultRegistry(t *testing.T) {
 		t.Errorf("plan = %+v", p.Target.Component)
 	}
 }
+
+// TestResolveTargetOnly: with TargetOnly the [draft] is not touched — a
+// missing folder, an unknown architecture or a plugin that cannot start do
+// not matter, and no plugin is launched — and the plan has no draft.
+func TestResolveTargetOnly(t *testing.T) {
+	qwen := fixtures.Dir(t, "qwen35-tiny")
+	broken := []struct{ name, draft string }{
+		{"missing folder", pair(qwen, dtCaps, ``, filepath.Join(t.TempDir(), "absent"), blockCaps, ``)},
+		{"unknown architecture", pair(qwen, dtCaps, ``, ckpt(t, draftConfig("NoSuchDraft", ""), nil), blockCaps, ``)},
+		{"plugin", pair(qwen, dtCaps, ``, fixtures.Dir(t, "dflash-tiny"), blockCaps,
+			"plugin = \"acme\"\nsha256 = \""+strings.Repeat("c", 64)+"\"", "[speculation]", "max_depth = 4")},
+	}
+	for _, c := range broken {
+		t.Run(c.name, func(t *testing.T) {
+			m := writeManifest(t, c.draft)
+			calls := 0
+			opts := manifests.Options{LoadPlugin: func(context.Context, string, string, *registry.Registry) error {
+				calls++
+				return errors.New("the plugin fails to start")
+			}}
+			if _, err := manifests.Resolve(ctx, m, fakes(t), opts); err == nil {
+				t.Fatal("the broken draft resolved without TargetOnly")
+			}
+			calls = 0
+			opts.TargetOnly = true
+			p, err := manifests.Resolve(ctx, m, fakes(t), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Draft != nil || calls != 0 || p.Speculation.Mode != manifests.ModeOff || len(p.Warnings) != 0 {
+				t.Fatalf("draft %+v, %d LoadPlugin calls, mode %v, warnings %q", p.Draft, calls, p.Speculation.Mode, p.Warnings)
+			}
+			if err := p.Ready(); err != nil || p.Target.Architecture != "Qwen3_5ForCausalLM" {
+				t.Fatalf("target %q, ready: %v", p.Target.Architecture, err)
+			}
+		})
+	}
+}
