@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -85,13 +84,12 @@ func runBench(e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "specula bench: --oracle replays the greedy continuation; it needs --temperature 0")
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	ctx := e.ctx
 	var bar *progressBar
 	if !*quiet {
 		bar = newProgressBar(e.stderr)
 	}
-	eng, err := loadEngine(ctx, g.manifest, bar)
+	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar)
 	if err != nil {
 		return fail(e, "bench", err)
 	}

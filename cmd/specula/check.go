@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +45,7 @@ func runCheck(e *env, args []string) int {
 		return rep.finish(e, *asJSON, err)
 	}
 	rep.Name = m.Name
-	gpu, err := mlx.Call(context.Background(), func() (bool, error) { return mlx.CurrentDevice() == mlx.GPU, nil })
+	gpu, err := mlx.Call(e.ctx, func() (bool, error) { return mlx.CurrentDevice() == mlx.GPU, nil })
 	if err != nil {
 		return rep.finish(e, *asJSON, err)
 	}
@@ -54,7 +53,7 @@ func runCheck(e *env, args []string) int {
 	if gpu {
 		rep.Device = "gpu"
 	}
-	p, err := manifests.Resolve(context.Background(), m, registry.Default, manifests.Options{GPU: gpu, LoadPlugin: loadPlugin})
+	p, err := manifests.Resolve(e.ctx, m, registry.Default, manifests.Options{GPU: gpu, LoadPlugin: loadPlugin})
 	if err != nil {
 		if errors.Is(err, manifests.ErrWeightsMissing) {
 			// Nothing was resolved, but the manifest decoded: show it.

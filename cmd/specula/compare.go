@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -44,7 +43,7 @@ func runCompare(e *env, args []string) int {
 		return exitUsage
 	}
 	rep := compareReport{A: rest[0], B: rest[1], RTol: *rtol, ATol: *atol, OnlyInA: []string{}, OnlyInB: []string{}}
-	err := mlx.Do(context.Background(), func() error { return rep.compare() })
+	err := mlx.Do(e.ctx, func() error { return rep.compare() })
 	if err != nil {
 		return fail(e, "compare", err)
 	}

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"text/tabwriter"
@@ -90,8 +88,7 @@ func runDemo(e *env, args []string) int {
 		fmt.Fprintln(e.stdout, "row shows what this engine reaches when every draft token is right.")
 		fmt.Fprintln(e.stdout)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	ctx := e.ctx
 	eng, err := engine.Load(ctx, manifest, engine.Options{})
 	if err != nil {
 		return fail(e, "demo", err)
@@ -131,9 +128,9 @@ func runDemo(e *env, args []string) int {
 			"random_weights": true,
 			"prompt":         demoPrompt,
 			"identical":      identical,
-			"plain":          runJSON(plain, false),
-			"speculative":    runJSON(spec, false),
-			"oracle_depth_7": runJSON(oracle, false),
+			"plain":          runJSON(plain),
+			"speculative":    runJSON(spec),
+			"oracle_depth_7": runJSON(oracle),
 		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

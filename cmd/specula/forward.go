@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -68,7 +67,7 @@ func runForward(e *env, args []string) int {
 
 	req := forwardRequest{dir: *dir, ids: ids, layers: layers, dtype: dtype, out: *out}
 	var summary string
-	err = mlx.Do(context.Background(), func() error {
+	err = mlx.Do(e.ctx, func() error {
 		var err error
 		summary, err = req.run()
 		return err

@@ -2,10 +2,11 @@
 //
 // Each subcommand lives in its own file and registers itself in commands; main
 // only dispatches. Exit codes: 0 success, 1 failure (one-line cause on stderr),
-// 2 usage error.
+// 2 usage error, 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,9 +28,11 @@ type command struct {
 	run func(env *env, args []string) int
 }
 
-// env is what a subcommand may touch: its output streams. Tests build one
-// over buffers.
+// env is what a subcommand may touch: its output streams and its context,
+// which is cancelled when the program is interrupted (see signals.go). Tests
+// build one over buffers; dispatch fills in a nil ctx.
 type env struct {
+	ctx    context.Context
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -64,10 +67,17 @@ func main() {
 
 // runMain dispatches args and then, on every way out (a panic included),
 // ends the plugin processes the command started. (os.Exit skips deferred
-// calls, so main cannot defer it; an interrupt is handled by watchSignals.)
-func runMain(args []string) int {
-	defer closePlugins()
-	return dispatch(&env{stdout: os.Stdout, stderr: os.Stderr}, args)
+// calls, so main cannot defer it.) A command that was interrupted exits with
+// the signal's code, whatever it returned.
+func runMain(args []string) (code int) {
+	ctx := handleSignals()
+	defer func() {
+		closePlugins()
+		if c := interruptedCode(); c != 0 {
+			code = c
+		}
+	}()
+	return dispatch(&env{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr}, args)
 }
 
 // setupLogging sends the libraries' structured logs to w at the level named
@@ -95,6 +105,9 @@ func setupLogging(w io.Writer, level string) error {
 }
 
 func dispatch(e *env, args []string) int {
+	if e.ctx == nil {
+		e.ctx = context.Background()
+	}
 	if len(args) == 0 {
 		usage(e.stderr)
 		return exitUsage
@@ -197,9 +210,14 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) (positional []string, c
 	}
 }
 
-// fail prints a one-line cause and returns the failure exit code.
+// fail prints a one-line cause and returns the failure exit code. A command
+// that fails because it was interrupted says so (runMain then exits with the
+// signal's code).
 func fail(e *env, cmd string, err error) int {
 	msg := strings.TrimSpace(err.Error())
+	if errors.Is(err, context.Canceled) && e.ctx.Err() != nil {
+		msg = "interrupted"
+	}
 	fmt.Fprintf(e.stderr, "specula %s: %s\n", cmd, msg)
 	return exitFailure
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -52,7 +51,7 @@ func runPlugins(e *env, args []string) int {
 		dirs = append(dirs, *dir)
 	}
 	path := plugins.SearchPath(dirs...)
-	list, err := plugins.List(context.Background(), path)
+	list, err := plugins.List(e.ctx, path)
 	if err != nil {
 		return fail(e, "plugins", err)
 	}

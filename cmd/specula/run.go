@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/specula-dev/specula/engine"
 	"github.com/specula-dev/specula/mlx"
@@ -49,7 +46,7 @@ func (g *genFlags) register(fs *flag.FlagSet) {
 	fs.Var(&g.topP, "top-p", "nucleus sampling threshold, 0 < top-p <= 1 (1: off)")
 	fs.Var(&g.minP, "min-p", "drop tokens below min-p × the top probability, 0 <= min-p <= 1 (0: off)")
 	fs.Var(&g.seed, "seed", "random seed for reproducible sampling")
-	fs.BoolVar(&g.noDraft, "no-draft", false, "decode plainly, without the draft")
+	fs.BoolVar(&g.noDraft, "no-draft", false, "decode plainly: the draft is not loaded (nor its plugin started)")
 	fs.Var(&g.stops, "stop", "stop at this `text` (repeatable)")
 	addPluginDirFlag(fs)
 }
@@ -166,13 +163,12 @@ func runRun(e *env, args []string) int {
 		return exitUsage
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	ctx := e.ctx
 	var bar *progressBar
 	if !*quiet {
 		bar = newProgressBar(e.stderr)
 	}
-	eng, err := loadEngine(ctx, g.manifest, bar)
+	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar)
 	if err != nil {
 		return fail(e, "run", err)
 	}
@@ -215,13 +211,22 @@ func runRun(e *env, args []string) int {
 		}
 	}
 	resp, err := eng.Generate(ctx, req, onToken)
-	if err != nil && !errors.Is(err, context.Canceled) {
+	interrupted := errors.Is(err, context.Canceled) && ctx.Err() != nil
+	if err != nil && !interrupted {
 		return fail(e, "run", err)
+	}
+	if interrupted {
+		// What was generated is printed as usual; runMain exits with the
+		// signal's code.
+		if resp == nil {
+			resp = &engine.Response{}
+		}
+		resp.DoneReason = doneInterrupted
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(runJSON(resp, errors.Is(err, context.Canceled))); err != nil {
+		if err := enc.Encode(runJSON(resp)); err != nil {
 			return fail(e, "run", err)
 		}
 		return exitOK
@@ -230,15 +235,17 @@ func runRun(e *env, args []string) int {
 	if !*quiet {
 		fmt.Fprintln(e.stderr, statsLine(resp))
 	}
-	if errors.Is(err, context.Canceled) {
-		return exitFailure
-	}
 	return exitOK
 }
 
-// loadEngine loads a manifest, showing progress on bar (if not nil).
-func loadEngine(ctx context.Context, manifest string, bar *progressBar) (*engine.Engine, error) {
-	opts := engine.Options{}
+// doneInterrupted is the done_reason of a run interrupted by a signal.
+const doneInterrupted = "interrupted"
+
+// loadEngine loads a manifest (its target alone with noDraft: the draft is
+// not even resolved), showing progress on bar (if not nil). A failure of the
+// draft alone says that --no-draft runs the target without it.
+func loadEngine(ctx context.Context, manifest string, noDraft bool, bar *progressBar) (*engine.Engine, error) {
+	opts := engine.Options{NoDraft: noDraft}
 	if bar != nil {
 		opts.Progress = bar.update
 	}
@@ -249,6 +256,10 @@ func loadEngine(ctx context.Context, manifest string, bar *progressBar) (*engine
 		if err == nil {
 			noteCPUKernels(bar.w)
 		}
+	}
+	var de *engine.DraftError
+	if errors.As(err, &de) {
+		err = fmt.Errorf("%w (--no-draft runs the target alone)", err)
 	}
 	return eng, err
 }
@@ -315,9 +326,8 @@ func pluginDirFlag(fs *flag.FlagSet, add func(dir string)) {
 		})
 }
 
-// pluginHost returns the process's plugin host, starting it (with the
-// --plugin-dir folders first on its search path) and the signal watch that
-// ends its plugins if the program is interrupted.
+// pluginHost returns the process's plugin host, starting it with the
+// --plugin-dir folders first on its search path.
 func pluginHost() (*plugins.Host, error) {
 	hostState.mu.Lock()
 	defer hostState.mu.Unlock()
@@ -325,18 +335,15 @@ func pluginHost() (*plugins.Host, error) {
 		return nil, errors.New("specula is exiting: no plugin can start")
 	}
 	if hostState.host == nil {
-		// Watch before the first plugin starts, so none escapes a signal.
-		sigs := make(chan os.Signal, 2)
-		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-		go watchSignals(sigs)
 		hostState.host = plugins.NewHost(plugins.Config{Dirs: hostState.dirs, HostVersion: version})
 	}
 	return hostState.host, nil
 }
 
-// closePlugins ends every plugin process the program started: the host's,
-// gracefully, then any other go-plugin client (plugins.CleanupClients). main
-// calls it on every exit path; it is idempotent.
+// closePlugins ends every plugin process the program started: the host's
+// (each gets a short grace to shut down, then is killed), then any other
+// go-plugin client (plugins.CleanupClients). main calls it on every exit
+// path; it is idempotent and returns within seconds.
 func closePlugins() {
 	hostState.mu.Lock()
 	h := hostState.host
@@ -346,32 +353,6 @@ func closePlugins() {
 		h.Close()
 	}
 	plugins.CleanupClients()
-}
-
-// interruptGrace is how long a command interrupted while plugins run may
-// take to return by itself (run and bench stop at the next round, then main
-// closes the plugins) before the plugins are ended and the program exits.
-const interruptGrace = 3 * time.Second
-
-// watchSignals ends the plugins when the program is interrupted (sigs
-// receives SIGINT and SIGTERM). SIGINT (Ctrl-C) first gives the command
-// interruptGrace to return; a second one, or SIGTERM, ends the plugins and
-// exits at once (status 130 or 143). Plugins run in their own process group,
-// so a terminal's Ctrl-C reaches them only through the host.
-func watchSignals(sigs <-chan os.Signal) {
-	sig := <-sigs
-	if sig == os.Interrupt {
-		select {
-		case sig = <-sigs:
-		case <-time.After(interruptGrace):
-		}
-	}
-	closePlugins()
-	code := 130 // 128 + SIGINT
-	if sig == syscall.SIGTERM {
-		code = 143
-	}
-	os.Exit(code)
 }
 
 // runOutput is the --json result of specula run.
@@ -407,7 +388,7 @@ type timings struct {
 	TotalMS         float64 `json:"total_ms"`
 }
 
-func runJSON(r *engine.Response, cancelled bool) runOutput {
+func runJSON(r *engine.Response) runOutput {
 	st := r.Stats
 	out := runOutput{
 		IDs:        r.IDs,
@@ -444,9 +425,6 @@ func runJSON(r *engine.Response, cancelled bool) runOutput {
 	}
 	if out.Stats.Fallbacks == nil {
 		out.Stats.Fallbacks = map[string]int{}
-	}
-	if cancelled {
-		out.DoneReason = "cancelled"
 	}
 	return out
 }

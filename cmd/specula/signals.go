@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Interruption: SIGINT (Ctrl-C) and SIGTERM cancel the command's context
+// (env.ctx). Every command stops at its next step: run prints what it
+// generated (its stats line, or its JSON, says "interrupted"), bench and the
+// others stop. The program then exits with 130 (SIGINT) or 143 (SIGTERM),
+// whatever the command returned, after ending its plugins. A command that
+// does not return within interruptGrace (a step that cannot be cut short,
+// such as reading weights), or a second signal, ends the plugins and exits
+// at once with the same code.
+
+// interruptGrace is how long an interrupted command may take to return by
+// itself before the program ends its plugins and exits.
+const interruptGrace = 3 * time.Second
+
+// interruption records the first signal received.
+var interruption struct {
+	mu  sync.Mutex
+	sig os.Signal
+}
+
+// handleSignals starts the watch and returns the context it cancels.
+func handleSignals() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		interruption.mu.Lock()
+		interruption.sig = sig
+		interruption.mu.Unlock()
+		cancel()
+		select {
+		case <-sigs:
+		case <-time.After(interruptGrace):
+		}
+		closePlugins()
+		os.Exit(interruptedCode())
+	}()
+	return ctx
+}
+
+// interruptedCode is the exit code of an interrupted program (128 plus the
+// signal's number, as shells report it), or 0 if no signal came.
+func interruptedCode() int {
+	interruption.mu.Lock()
+	defer interruption.mu.Unlock()
+	switch interruption.sig {
+	case nil:
+		return 0
+	case syscall.SIGTERM:
+		return 128 + int(syscall.SIGTERM)
+	}
+	return 128 + int(syscall.SIGINT)
+}
