@@ -4,16 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/specula-dev/specula/plugins/sdk"
 )
 
-// describeTimeout bounds a `describe` run when listing plugins.
-const describeTimeout = 10 * time.Second
+// describeTimeout bounds a `describe` run when listing plugins (a variable
+// for tests).
+var describeTimeout = 10 * time.Second
 
 // Listing is one discovered plugin binary with what it says about itself.
 type Listing struct {
@@ -59,24 +60,32 @@ func List(ctx context.Context, dirs []string) ([]Listing, error) {
 }
 
 // DescribeBinary runs a plugin binary with the argument `describe` and
-// parses its JSON description.
+// parses its JSON description. Its errors are one short line for a table's
+// status column: a binary that is not a plugin answers with its usage, which
+// is left out (run the binary by hand to see it).
 func DescribeBinary(ctx context.Context, path string) (*sdk.Description, error) {
 	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, "describe")
 	cmd.Env = []string{} // no cookie: the binary only describes itself
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg != "" {
-			msg = ": " + msg
-		}
-		return nil, fmt.Errorf("%s describe failed (%v)%s", path, err, msg)
+	ownProcessGroup(cmd)
+	cmd.Cancel = func() error { return killProcess(cmd.Process) }
+	// A child the binary started may hold its output open after the kill.
+	cmd.WaitDelay = time.Second
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	err := cmd.Run()
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return nil, fmt.Errorf("`describe` timed out after %v; is it a specula plugin?", describeTimeout)
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil:
+		return nil, fmt.Errorf("`describe` failed (%v); is it a specula plugin?", err)
 	}
 	var d sdk.Description
 	if err := json.Unmarshal(stdout.Bytes(), &d); err != nil {
-		return nil, fmt.Errorf("%s describe printed no description: %v", path, err)
+		return nil, errors.New("`describe` printed no JSON description; is it a specula plugin?")
 	}
 	return &d, nil
 }
