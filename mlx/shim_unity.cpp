@@ -2,7 +2,8 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 0e447077f43ef052c2b5554e66d3c099
+// shim digest: aed0c2a3b78334c9d96d37bd5db8204c
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
+#include "shim/system.cpp"

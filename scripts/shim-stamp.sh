@@ -8,7 +8,7 @@
 # fails when it was not run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-digest="$(cd "$root/mlx/shim" && cat shim.h shim.cpp compile.cpp blas.cpp | sha256sum | cut -c1-32)"
+digest="$(cd "$root/mlx/shim" && cat shim.h shim.cpp compile.cpp blas.cpp system.cpp | sha256sum | cut -c1-32)"
 unity="$root/mlx/shim_unity.cpp"
 want="// shim digest: $digest"
 if ! grep -qxF "$want" "$unity" 2>/dev/null; then
@@ -21,5 +21,6 @@ $want
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
+#include "shim/system.cpp"
 CPP
 fi
