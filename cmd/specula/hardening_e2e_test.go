@@ -138,7 +138,7 @@ type runJSONOut struct {
 func TestE2EInterrupted(t *testing.T) {
 	prompt, greedy := fixturePrompt(t)
 	manifest := fixtureManifest(t, "dflash-tiny")
-	run := []string{"run", "-m", manifest, "--ids", joinIDs(prompt), "--max-tokens", "1000000"}
+	run := []string{"run", "-m", manifest, "--ids", joinIDs(prompt), "--max-tokens", "4000"}
 	for _, c := range []struct {
 		name string
 		args []string
