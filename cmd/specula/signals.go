@@ -14,13 +14,16 @@ import (
 // generated (its stats line, or its JSON, says "interrupted"), bench and the
 // others stop. The program then exits with 130 (SIGINT) or 143 (SIGTERM),
 // whatever the command returned, after ending its plugins. A command that
-// does not return within interruptGrace (a step that cannot be cut short,
-// such as reading weights), or a second signal, ends the plugins and exits
-// at once with the same code.
+// does not return within interruptGrace (a step that cannot be cut short:
+// reading weights, a long prefill, MLX building a kernel), or a second
+// signal, ends the plugins and exits at once with the same code, printing
+// nothing more.
 
 // interruptGrace is how long an interrupted command may take to return by
-// itself before the program ends its plugins and exits.
-const interruptGrace = 3 * time.Second
+// itself (and print what it has, such as run --json's result) before the
+// program ends its plugins and exits. A step rarely takes more than a
+// second; a busy machine can stretch one several times over.
+const interruptGrace = 10 * time.Second
 
 // interruption records the first signal received.
 var interruption struct {
