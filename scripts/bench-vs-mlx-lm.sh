@@ -10,9 +10,13 @@
 # 0.8B), LAYERS the number of layers (default: the release's). Environment:
 #   DTYPE=float32|bfloat16 (default float32 on CPU, bfloat16 on a GPU build)
 #   VOCAB=n (default 248320), TOKENS=n (default 64), REPEATS=n (default 3)
-#   PYTHON=python with mlx-lm importable; otherwise a venv with
-#     mlx-lm==$MLXLM_VERSION and mlx[cpu]==0.32.4 is made in .deps/bench-venv
+#   PYTHON=python with mlx-lm importable; otherwise scripts/mlx-lm-venv.sh
+#     makes .deps/mlx-lm-venv (mlx-lm 0.32.2 on mlx[cpu] 0.32.4)
 #   OUT=folder for the JSON results (default .deps/bench/<shape>)
+#   QUANT="--bits 4" (any `specula quantize` flags): both engines run the
+#     MLX-format checkpoint `specula quantize` writes from the synth target
+#     (mlx-lm loads it as it loads mlx-community checkpoints); the summary
+#     adds the checkpoint's bytes, which every decoded token reads once.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -27,12 +31,7 @@ mkdir -p "$out"
 
 [ -x "$specula" ] || make build >&2
 if [ -z "${PYTHON:-}" ]; then
-  venv="$root/.deps/bench-venv"
-  if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q "mlx[cpu]==0.32.4" "mlx-lm==${MLXLM_VERSION:-0.32.2}" >&2
-  fi
-  PYTHON="$venv/bin/python"
+  PYTHON="$("$root/scripts/mlx-lm-venv.sh")"
 fi
 dtype="${DTYPE:-}"
 if [ -z "$dtype" ]; then
@@ -52,27 +51,43 @@ with open(sys.argv[2], "w") as f:
         f.write(json.dumps([r.randrange(cfg["vocab_size"]) for _ in range(n)]) + "\n")
 PY
 
-"$specula" bench -m "$out/manifest.toml" --prompts "$out/prompts.jsonl" --max-tokens "$tokens" --repeats "$repeats" --no-draft --json --quiet > "$out/specula.json"
-"$PYTHON" "$root/scripts/mlx_lm_bench.py" "$out/target" --prompts "$out/prompts.jsonl" --max-tokens "$tokens" --repeats "$repeats" --json > "$out/mlx_lm.json"
+target="$out/target"
+manifest="$out/manifest.toml"
+if [ -n "${QUANT:-}" ]; then
+  qname="target-$(echo "$QUANT" | tr -cd 'a-z0-9')"
+  target="$out/$qname"
+  # shellcheck disable=SC2086
+  [ -d "$target" ] || "$specula" quantize "$out/target" "$target" $QUANT >&2
+  manifest="$out/manifest-$qname.toml"
+  sed "s#\"target\"#\"$qname\"#" "$out/manifest.toml" > "$manifest"
+  grep -q "$qname" "$manifest" || { echo "bench-vs-mlx-lm: could not point the manifest at $qname" >&2; exit 1; }
+fi
+
+"$specula" bench -m "$manifest" --prompts "$out/prompts.jsonl" --max-tokens "$tokens" --repeats "$repeats" --no-draft --json --quiet > "$out/specula.json"
+"$PYTHON" "$root/scripts/mlx_lm_bench.py" "$target" --prompts "$out/prompts.jsonl" --max-tokens "$tokens" --repeats "$repeats" --json > "$out/mlx_lm.json"
 
 # Greedy outputs of both engines for the first prompt, for the agreement check.
 first="$(head -n1 "$out/prompts.jsonl" | tr -d '[] ')"
-"$specula" run -m "$out/manifest.toml" --ids "$first" --max-tokens "$tokens" --json --quiet > "$out/specula_run.json"
+"$specula" run -m "$manifest" --ids "$first" --max-tokens "$tokens" --json --quiet > "$out/specula_run.json"
 
-"$PYTHON" - "$out" "$shape" "$layers" "$dtype" <<'PY'
+"$PYTHON" - "$out" "$shape" "$layers" "$dtype" "$target" "${QUANT:-}" <<'PY'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
+target = pathlib.Path(sys.argv[5])
+weights = sum(f.stat().st_size for f in target.glob("*.safetensors"))
 s = json.loads((out / "specula.json").read_text())["plain"]["tokens_per_second"]
 m = json.loads((out / "mlx_lm.json").read_text())
 ids_s = json.loads((out / "specula_run.json").read_text())["ids"]
 ids_m = m["outputs"][0]
 agree = ids_s == ids_m[: len(ids_s)]
-print(f"Qwen3.5-{sys.argv[2]} shapes, layers {sys.argv[3] if sys.argv[3] != '0' else 'as released'}, {sys.argv[4]}, {m['device']}")
+print(f"Qwen3.5-{sys.argv[2]} shapes, layers {sys.argv[3] if sys.argv[3] != '0' else 'as released'}, {sys.argv[4]}, {m['device']}"
+      + (f", quantized ({sys.argv[6]})" if sys.argv[6] else "") + f"; checkpoint {weights / 2**30:.2f} GiB")
 print(f"  specula: {s['median']:.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1f})")
 print(f"  mlx-lm:  {m['tokens_per_second']['median']:.1f} tok/s (min {m['tokens_per_second']['min']:.1f}, max {m['tokens_per_second']['max']:.1f}), mlx {m['mlx_version']}")
 print(f"  ratio specula / mlx-lm: {s['median'] / m['tokens_per_second']['median']:.2f}")
 print(f"  greedy outputs agree: {'yes' if agree else 'NO'}")
 json.dump({"shape": sys.argv[2], "layers": sys.argv[3], "dtype": sys.argv[4], "device": m["device"],
+           "quant": sys.argv[6], "checkpoint_bytes": weights,
            "specula_tps": s, "mlx_lm_tps": m["tokens_per_second"], "ratio": s["median"] / m["tokens_per_second"]["median"],
-           "greedy_agree": agree}, open(out / "summary.json", "w"), indent=2)
+           "greedy_agree": agree}, open(out / ("summary" + ("-" + target.name if sys.argv[6] else "") + ".json"), "w"), indent=2)
 PY
