@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,6 +43,11 @@ type Options struct {
 	// NoDraft loads the target alone: the manifest's draft is not resolved,
 	// started or loaded (every request decodes plainly).
 	NoDraft bool
+	// PromptCacheBytes > 0 keeps the caches between requests (a prompt
+	// cache: see Generate), with checkpoints of at most this many bytes;
+	// 0 gives every request fresh caches, freed when it ends. Engines with
+	// a plugin draft never keep caches (the draft's live in its process).
+	PromptCacheBytes int64
 }
 
 // DraftError is a Load failure that comes from the manifest's draft alone:
@@ -70,6 +76,7 @@ type Engine struct {
 	eos    []int32
 	totals speculation.Stats
 	log    *slog.Logger
+	pcache *promptCache // nil: fresh caches per request
 
 	closeOnce sync.Once
 	closeErr  error
@@ -126,6 +133,9 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if opts.PromptCacheBytes > 0 && e.drafter == nil {
+		e.pcache = &promptCache{budget: opts.PromptCacheBytes}
 	}
 	e.LoadTime = time.Since(start)
 	return e, nil
@@ -314,11 +324,8 @@ func (e *Engine) Totals() speculation.Stats { return e.totals }
 // HasDraft reports whether requests can draft.
 func (e *Engine) HasDraft() bool { return e.draft != nil || e.drafter != nil }
 
-// newCore builds the per-request speculation core over fresh caches and
-// returns a function that frees them.
-func (e *Engine) newCore(eos []int32, req Request) (*speculation.Core, func()) {
-	targetCaches := e.target.NewCaches()
-	var draftCaches []cache.Cache
+// newCore builds the per-request speculation core over the request's caches.
+func (e *Engine) newCore(eos []int32, req Request, targetCaches, draftCaches []cache.Cache) *speculation.Core {
 	cfg := speculation.Config{
 		Target:        e.target,
 		TargetCaches:  targetCaches,
@@ -335,19 +342,110 @@ func (e *Engine) newCore(eos []int32, req Request) (*speculation.Core, func()) {
 		// The request's drafter must not train the loaded pair's controller.
 		cfg.Controller = nil
 	case e.draft != nil:
-		draftCaches = e.draft.NewCaches()
 		cfg.Drafter = speculation.NewBlockDrafter(e.draft, targetCaches, draftCaches, e.selector)
 	case e.drafter != nil:
 		cfg.Drafter = e.drafter
 	}
-	free := func() {
-		for _, c := range append(targetCaches, draftCaches...) {
-			if c != nil {
-				c.Free()
-			}
+	return speculation.NewCore(cfg)
+}
+
+// requestCaches are one request's caches: the prompt cache's, or fresh ones
+// freed when the request ends.
+type requestCaches struct {
+	target, draft []cache.Cache
+	// resumed is the number of prompt tokens the caches hold already.
+	resumed int
+	pc      *promptCache // nil for fresh caches
+}
+
+// acquireCaches returns the caches for a request with this prompt: from the
+// prompt cache, unless there is none or the request brings its own drafter
+// (whose state the cache knows nothing of).
+func (e *Engine) acquireCaches(prompt []int32, req Request) *requestCaches {
+	fresh := func() (target, draft []cache.Cache) {
+		target = e.target.NewCaches()
+		if e.draft != nil && req.Drafter == nil {
+			draft = e.draft.NewCaches()
+		}
+		return target, draft
+	}
+	if e.pcache == nil || req.Drafter != nil {
+		t, d := fresh()
+		return &requestCaches{target: t, draft: d}
+	}
+	t, d, resumed := e.pcache.acquire(prompt, fresh)
+	return &requestCaches{target: t, draft: d, resumed: resumed, pc: e.pcache}
+}
+
+// schedule asks for prompt-cache checkpoints at offsets (see
+// promptCache.schedule); take must follow once the prompt is written.
+func (rc *requestCaches) schedule(offsets []int) []int {
+	if rc.pc == nil {
+		return nil
+	}
+	return rc.pc.schedule(offsets)
+}
+
+// take keeps the checkpoints the prompt's writing reached.
+func (rc *requestCaches) take(scheduled []int) {
+	if rc.pc == nil {
+		return
+	}
+	for _, c := range rc.target {
+		if c != nil {
+			rc.pc.take(scheduled, c.Offset())
+			return
 		}
 	}
-	return speculation.NewCore(cfg), free
+}
+
+// release ends the request: fresh caches are freed; the prompt cache keeps
+// its caches, holding a prefix of seq, when healthy.
+func (rc *requestCaches) release(seq []int32, healthy bool) {
+	if rc.pc != nil {
+		rc.pc.release(seq, healthy)
+		return
+	}
+	for _, c := range slices.Concat(rc.target, rc.draft) {
+		if c != nil {
+			c.Free()
+		}
+	}
+}
+
+// PromptCacheStats reports what the prompt cache holds: tokens in its live
+// caches, checkpoints and their bytes (all 0 without one). Safe only
+// between requests' MLX work; it runs on the MLX worker.
+func (e *Engine) PromptCacheStats(ctx context.Context) (tokens, checkpoints int, bytes int64, err error) {
+	if e.pcache == nil {
+		return 0, 0, 0, nil
+	}
+	err = mlx.Do(ctx, func() error {
+		tokens, checkpoints, bytes = e.pcache.stats()
+		return nil
+	})
+	return tokens, checkpoints, bytes, err
+}
+
+// Free releases what the engine holds on the MLX worker: the prompt cache
+// and the target's and draft's weights; it also closes a plugin draft (as
+// Close). The engine must not be used afterwards.
+func (e *Engine) Free(ctx context.Context) error {
+	closeErr := e.Close()
+	err := mlx.Do(ctx, func() error {
+		if e.pcache != nil {
+			e.pcache.reset()
+		}
+		for _, m := range []any{e.target, e.draft} {
+			if f, ok := m.(interface{ Free() }); ok {
+				f.Free()
+			}
+		}
+		mlx.Sweep()
+		mlx.ClearCache()
+		return nil
+	})
+	return errors.Join(err, closeErr)
 }
 
 // seededDepth is the depth of seeded sampled requests: the selector's fixed

@@ -21,10 +21,19 @@ import (
 // not.
 type Request struct {
 	// Prompt is text to encode with the target's tokenizer; ignored when
-	// IDs is set.
+	// IDs or Messages is set.
 	Prompt string
 	// IDs is the prompt as token ids.
 	IDs []int32
+	// Messages is a chat, rendered with the target's chat template and an
+	// assistant turn opened (Hugging Face's add_generation_prompt); it
+	// replaces Prompt. ChatArgs adds template variables (Qwen3.5:
+	// "enable_thinking": false).
+	Messages []tokenizer.Message
+	ChatArgs map[string]any
+	// Context is token ids placed before the encoded Prompt or Messages
+	// (ollama's context: a previous request's prompt and answer).
+	Context []int32
 
 	// MaxTokens bounds the generated tokens: 0 takes the default,
 	// MaxTokensUntilDone (-1) generates until a stop or the end of the
@@ -136,9 +145,15 @@ type Response struct {
 	DoneReason string
 	// Stats are the request's speculation counters.
 	Stats speculation.Stats
+	// PromptIDs is the prompt as the target saw it (Context, then the
+	// encoded Prompt or Messages, or IDs).
+	PromptIDs []int32
 	// PromptTokens is the prompt length; PrefillTime the time to write it.
 	PromptTokens int
 	PrefillTime  time.Duration
+	// CachedTokens is the number of leading prompt tokens the prompt cache
+	// already held (not written again; 0 without a prompt cache).
+	CachedTokens int
 	// FirstTokenTime is the time from the call to the first emitted token.
 	FirstTokenTime time.Duration
 	// DecodeTime is the time from the first emitted token to the last.
@@ -164,21 +179,18 @@ var errStop = errors.New("stop string")
 // Generate runs one request on the MLX worker, calling onToken for each
 // emitted token (on the worker goroutine: keep it quick). Requests are
 // serialised. Cancelling ctx stops between rounds and returns ctx.Err() with
-// the partial response; the caches are released either way.
+// the partial response. Without a prompt cache the caches are released
+// either way; with one (Options.PromptCacheBytes) they are kept for the next
+// request, which resumes from the longest prefix of its prompt they can
+// restore and gives the same tokens as it would from fresh caches.
 func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) error) (*Response, error) {
 	start := time.Now()
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	prompt := req.IDs
-	if len(prompt) == 0 {
-		if e.tok == nil {
-			return nil, ErrNoTokenizer
-		}
-		if req.Prompt == "" {
-			return nil, errors.New("empty prompt")
-		}
-		prompt = e.tok.Tokenizer.Encode(req.Prompt, tokenizer.EncodeOptions{})
+	prompt, marks, err := e.encode(req)
+	if err != nil {
+		return nil, err
 	}
 	info := e.target.Info()
 	vocab := info.VocabSize
@@ -200,7 +212,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	}
 	stops := slices.Concat(e.plan.Sampling.StopStrings, req.StopStrings)
 
-	resp := &Response{PromptTokens: len(prompt)}
+	resp := &Response{PromptIDs: prompt, PromptTokens: len(prompt)}
 	var stream *tokenizer.Stream
 	if e.tok != nil {
 		stream = e.tok.Tokenizer.NewStream()
@@ -208,7 +220,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	}
 	var text strings.Builder
 	var firstAt, lastAt time.Time
-	err := mlx.Do(ctx, func() error {
+	err = mlx.Do(ctx, func() error {
 		if opts.UseSeed && opts.Temperature > 0 && req.FixedDepth == 0 && req.Drafter == nil {
 			// The adaptive controller picks depths from wall-clock costs, and
 			// each depth consumes random keys differently: a seeded sampled
@@ -216,12 +228,17 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 			// tokens. (Greedy output never depends on the depth.)
 			req.FixedDepth = e.seededDepth()
 		}
-		core, free := e.newCore(eos, req)
+		var res speculation.Result
+		var emitErr error
+		healthy := false // the caches are consistent when the request ends
+		caches := e.acquireCaches(prompt, req)
 		defer func() {
-			free()
+			caches.release(slices.Concat(prompt, res.Tokens, res.Rest), healthy)
 			mlx.Sweep()
 			mlx.ClearCache()
 		}()
+		resp.CachedTokens = caches.resumed
+		core := e.newCore(eos, req, caches.target, caches.draft)
 		s := core.Open(speculation.Request{Sampler: sample.New(opts, prompt), NoDraft: req.NoDraft})
 		defer func() {
 			s.Close()
@@ -229,14 +246,17 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 			e.totals.Add(&resp.Stats)
 		}()
 		t0 := time.Now()
+		scheduled := caches.schedule(append(marks, len(prompt)-1))
 		seed, pos, err := s.Prefill(ctx, prompt)
+		caches.take(scheduled)
 		resp.PrefillTime = time.Since(t0)
 		if err != nil {
+			healthy = ctx.Err() != nil
 			return err
 		}
 		d := s.Decoder(seed, pos)
 		defer d.Close()
-		res, err := speculation.Run(ctx, d, budget, func(id int32) error {
+		res, err = speculation.Run(ctx, d, budget, func(id int32) error {
 			now := time.Now()
 			if firstAt.IsZero() {
 				firstAt = now
@@ -252,18 +272,22 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 					// Emit the text before the stop string, then end.
 					tok.Text = tok.Text[:max(0, cut-begin)]
 					if onToken != nil && tok.Text != "" {
-						if err := onToken(tok); err != nil {
-							return err
+						if emitErr = onToken(tok); emitErr != nil {
+							return emitErr
 						}
 					}
 					return errStop
 				}
 			}
 			if onToken != nil {
-				return onToken(tok)
+				emitErr = onToken(tok)
+				return emitErr
 			}
 			return nil
 		})
+		// Run leaves the caches consistent when it stops between rounds or
+		// at an emit; only an error from a round itself (MLX) may not.
+		healthy = err == nil || errors.Is(err, errStop) || ctx.Err() != nil || (emitErr != nil && errors.Is(err, emitErr))
 		switch {
 		case errors.Is(err, errStop):
 			resp.DoneReason = string(speculation.DoneStop)
@@ -286,6 +310,70 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		}
 	}
 	return resp, err
+}
+
+// encode returns the request's prompt ids and the offsets inside it worth a
+// prompt-cache checkpoint (message boundaries of a chat).
+func (e *Engine) encode(req Request) (prompt []int32, marks []int, err error) {
+	switch {
+	case len(req.IDs) > 0:
+		prompt = req.IDs
+	case len(req.Messages) > 0:
+		prompt, marks, err = e.encodeChat(req.Messages, req.ChatArgs)
+		if err != nil {
+			return nil, nil, err
+		}
+	default:
+		if e.tok == nil {
+			return nil, nil, ErrNoTokenizer
+		}
+		prompt = e.tok.Tokenizer.Encode(req.Prompt, tokenizer.EncodeOptions{})
+	}
+	if len(req.Context) > 0 && len(req.IDs) == 0 {
+		for i := range marks {
+			marks[i] += len(req.Context)
+		}
+		marks = append(marks, len(req.Context))
+		prompt = slices.Concat(req.Context, prompt)
+	}
+	if len(prompt) == 0 {
+		return nil, nil, errors.New("empty prompt")
+	}
+	return prompt, marks, nil
+}
+
+// encodeChat renders messages with the chat template and encodes them. The
+// marks are where the first message ends (a system prompt other chats may
+// share) and where the last one starts (a regenerated or edited last turn),
+// when the rendering of those leading messages is a prefix of the whole in
+// tokens too.
+func (e *Engine) encodeChat(messages []tokenizer.Message, args map[string]any) ([]int32, []int, error) {
+	if e.tok == nil {
+		return nil, nil, ErrNoTokenizer
+	}
+	text, err := e.tok.ApplyChat(messages, true, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := e.tok.Tokenizer.Encode(text, tokenizer.EncodeOptions{})
+	var marks []int
+	heads := []int{1}
+	if n := len(messages) - 1; n > 1 {
+		heads = append(heads, n)
+	}
+	for _, k := range heads {
+		if k >= len(messages) {
+			continue
+		}
+		head, err := e.tok.ApplyChat(messages[:k], false, args)
+		if err != nil || !strings.HasPrefix(text, head) {
+			continue
+		}
+		if h := e.tok.Tokenizer.Encode(head, tokenizer.EncodeOptions{}); len(h) < len(ids) && slices.Equal(h, ids[:len(h)]) {
+			marks = append(marks, len(h))
+		}
+	}
+	return ids, marks, nil
 }
 
 // stopAt returns the index of the earliest stop string in text.

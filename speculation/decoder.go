@@ -3,6 +3,7 @@ package speculation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/specula-dev/specula/cache"
@@ -17,11 +18,18 @@ const PrefillChunk = 2048
 // Prefill writes prompt[:len−1] to the target caches in chunks, reporting
 // each chunk to the draft session, and returns the held-back last token (the
 // decode seed) and the slot it will take (spec 4.10). The prompt must not be
-// empty. ctx is checked between chunks; on cancellation the draft session is
-// settled so the caches stay level.
+// empty. Caches that already hold a prefix of the prompt (restored from a
+// prompt cache: offset o, holding prompt[:o], o <= len−1, the draft's caches
+// level with them) are continued: only prompt[o:len−1] is written. ctx is
+// checked between chunks; on cancellation the draft session is settled so
+// the caches stay level.
 func (s *Session) Prefill(ctx context.Context, prompt []int32) (seed int32, position int, err error) {
 	if len(prompt) == 0 {
 		return 0, 0, errors.New("speculation: empty prompt")
+	}
+	from := cacheOffset(s.core.cfg.TargetCaches)
+	if from > len(prompt)-1 {
+		return 0, 0, fmt.Errorf("speculation: the target caches hold %d slots, more than the %d prompt tokens before the decode seed", from, len(prompt)-1)
 	}
 	defer func() {
 		if s.draft != nil {
@@ -29,7 +37,7 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) (seed int32, posi
 		}
 	}()
 	body := prompt[:len(prompt)-1]
-	for start := 0; start < len(body); start += PrefillChunk {
+	for start := from; start < len(body); start += PrefillChunk {
 		if err := ctx.Err(); err != nil {
 			return 0, start, err
 		}
@@ -247,6 +255,11 @@ const (
 type Result struct {
 	// Tokens are every emitted token in order, a final EOS included.
 	Tokens []int32
+	// Rest are the tokens the last round decoded after the one that ended
+	// the run (an EOS, or a token whose emit returned an error): never
+	// emitted, but possibly written to the caches already. A prompt cache
+	// needs them to know what the caches hold.
+	Rest []int32
 	// Reason is why decoding stopped.
 	Reason DoneReason
 }
@@ -266,19 +279,32 @@ func Run(ctx context.Context, d *Decoder, budget int, emit func(tok int32) error
 		if err != nil {
 			return res, err
 		}
-		for _, tok := range toks {
+		for i, tok := range toks {
 			res.Tokens = append(res.Tokens, tok)
 			if d.s.core.IsEOS(tok) {
+				res.Rest = toks[i+1:]
 				res.Reason = DoneStop
 				return res, nil
 			}
 			if err := emit(tok); err != nil {
+				res.Rest = toks[i+1:]
 				return res, err
 			}
 		}
 	}
 	res.Reason = DoneLength
 	return res, nil
+}
+
+// cacheOffset is the offset of the first cache (caches move together), 0
+// when there is none.
+func cacheOffset(caches []cache.Cache) int {
+	for _, c := range caches {
+		if c != nil {
+			return c.Offset()
+		}
+	}
+	return 0
 }
 
 func cacheState(caches []cache.Cache) []*mlx.Array {
