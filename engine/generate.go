@@ -190,19 +190,22 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	}
 	prompt, marks, err := e.encode(req)
 	if err != nil {
-		return nil, err
+		return nil, &PromptError{err}
 	}
 	info := e.target.Info()
 	vocab := info.VocabSize
 	for i, id := range prompt {
 		if id < 0 || (vocab > 0 && int(id) >= vocab) {
-			return nil, fmt.Errorf("prompt token %d at position %d is outside the vocabulary [0, %d)", id, i, vocab)
+			return nil, &PromptError{fmt.Errorf("prompt token %d at position %d is outside the vocabulary [0, %d)", id, i, vocab)}
 		}
 	}
 	for _, id := range req.StopIDs {
 		if err := sample.CheckStopID(id, vocab); err != nil {
 			return nil, err
 		}
+	}
+	if n := info.ContextLength; n > 0 && len(prompt) >= n {
+		return nil, &PromptError{fmt.Errorf("the prompt is %d tokens, but the model's context holds %d (max_position_embeddings) including the answer: shorten the prompt", len(prompt), n)}
 	}
 	opts, budget := e.sampling(req)
 	budget = e.budget(budget, len(prompt), info.ContextLength)
@@ -311,6 +314,16 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	}
 	return resp, err
 }
+
+// PromptError is a prompt the engine cannot run: empty, a token outside the
+// vocabulary, longer than the context, a chat the template refuses, or text
+// for a target without a tokenizer. Servers answer it as a bad request.
+type PromptError struct{ Err error }
+
+func (e *PromptError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause (ErrNoTokenizer for text without a tokenizer).
+func (e *PromptError) Unwrap() error { return e.Err }
 
 // encode returns the request's prompt ids and the offsets inside it worth a
 // prompt-cache checkpoint (message boundaries of a chat).
