@@ -98,7 +98,7 @@ func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 // engineRequest applies the options to an engine request.
 func (o *ollamaOptions) apply(r *engine.Request) error {
 	if o.NumPredict != nil {
-		if err := setMaxTokens(r, *o.NumPredict, "options.num_predict"); err != nil {
+		if err := setMaxTokens(r, *o.NumPredict, "options.num_predict", true); err != nil {
 			return err
 		}
 	}
@@ -318,12 +318,9 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 		out = newNDJSON(w)
 	}
 	var text strings.Builder
-	res := srv.wait(j, model, func(t engine.Token) error {
-		if out == nil {
-			text.WriteString(t.Text)
-			return nil
-		}
-		if t.Text == "" {
+	res := srv.wait(j, model, cancel, func(t engine.Token) error {
+		text.WriteString(t.Text)
+		if out == nil || t.Text == "" {
 			return nil
 		}
 		return out.send(piece(t.Text))
@@ -356,7 +353,10 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 		}
 	}
 	if out == nil {
-		content := text.String()
+		content := ""
+		if res.resp != nil {
+			content = res.resp.Text
+		}
 		if chat {
 			final.Message = &ollamaMessage{Role: "assistant", Content: content}
 		} else {
@@ -364,6 +364,11 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 		}
 		writeJSON(w, http.StatusOK, final)
 		return
+	}
+	if tail := streamTail(res.resp, text.String()); tail != "" {
+		if out.send(piece(tail)) != nil {
+			return
+		}
 	}
 	empty := ""
 	if chat {

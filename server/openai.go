@@ -93,7 +93,7 @@ func (c *openAICommon) apply(req *request) error {
 		max, param = c.MaxCompletionTokens, "max_completion_tokens"
 	}
 	if max != nil {
-		if err := setMaxTokens(&req.eng, *max, param); err != nil {
+		if err := setMaxTokens(&req.eng, *max, param, false); err != nil {
 			return err
 		}
 	}
@@ -347,12 +347,9 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 		return openAIChoice{Text: &text}
 	}
 	var text strings.Builder
-	res := srv.wait(j, s.info.Name, func(t engine.Token) error {
-		if out == nil {
-			text.WriteString(t.Text)
-			return nil
-		}
-		if t.Text == "" {
+	res := srv.wait(j, s.info.Name, cancel, func(t engine.Token) error {
+		text.WriteString(t.Text)
+		if out == nil || t.Text == "" {
 			return nil
 		}
 		return out.send(chunk(piece(t.Text)))
@@ -371,7 +368,7 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 	stats := newSpecStats(resp)
 	if out == nil {
 		final := base
-		content := text.String()
+		content := resp.Text
 		choice := openAIChoice{FinishReason: &reason}
 		if chat {
 			raw, _ := json.Marshal(content)
@@ -384,6 +381,11 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 		final.Speculation = stats
 		writeJSON(w, http.StatusOK, final)
 		return
+	}
+	if tail := streamTail(resp, text.String()); tail != "" {
+		if out.send(chunk(piece(tail))) != nil {
+			return
+		}
 	}
 	finish := chunk(openAIChoice{FinishReason: &reason})
 	if chat {

@@ -167,16 +167,19 @@ func (srv *Server) submit(r *http.Request, req *request) (*job, context.CancelFu
 	return j, cancel, nil
 }
 
-// wait reads a job to its end, calling onToken for each token (an error from
-// it cancels nothing by itself: the caller cancels the job's context). It
-// records the request's metrics.
-func (srv *Server) wait(j *job, model string, onToken func(engine.Token) error) jobResult {
+// wait reads a job to its end, calling onToken for each token. An error
+// from onToken (the client is gone: a write failed) cancels the job, so
+// its generation stops at the next round. It records the request's
+// metrics.
+func (srv *Server) wait(j *job, model string, cancel context.CancelFunc, onToken func(engine.Token) error) jobResult {
 	var tokErr error
 	for {
 		select {
 		case t := <-j.tokens:
 			if tokErr == nil {
-				tokErr = onToken(t)
+				if tokErr = onToken(t); tokErr != nil {
+					cancel()
+				}
 			}
 		case res := <-j.done:
 			// Tokens sent before the result are still buffered.
@@ -192,6 +195,10 @@ func (srv *Server) wait(j *job, model string, onToken func(engine.Token) error) 
 			}
 			if res.err == nil && tokErr != nil {
 				res.err = tokErr
+			}
+			if tokErr != nil && !errors.Is(res.err, context.Canceled) {
+				// The answer could not be written: the client is gone.
+				res.err = fmt.Errorf("%w: writing the answer: %v", context.Canceled, tokErr)
 			}
 			if j.op == opGenerate {
 				var latency float64
@@ -287,4 +294,18 @@ func doneReason(r *engine.Response) string {
 		return string(speculation.DoneStop)
 	}
 	return r.DoneReason
+}
+
+// streamTail is the text of the answer a stream has not sent yet: the
+// streaming detokenizer holds back the bytes of an unfinished character,
+// which the full decoding of the answer renders (as U+FFFD) when the answer
+// ends inside one.
+func streamTail(r *engine.Response, streamed string) string {
+	if r == nil {
+		return ""
+	}
+	if tail, ok := strings.CutPrefix(r.Text, streamed); ok {
+		return tail
+	}
+	return ""
 }

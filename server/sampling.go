@@ -52,10 +52,10 @@ func setSampling(r *engine.Request, s sampling, names fieldNames) error {
 }
 
 // setMaxTokens sets the token budget from the API's field (param names it):
-// n >= 1, or -1 (ollama's -2, "fill the context", means the same here) for
-// "until a stop or the end of the context".
-func setMaxTokens(r *engine.Request, n int, param string) error {
-	if n == -2 {
+// n >= 1, or -1 for "until a stop or the end of the context"; with
+// fillContext, ollama's -2 ("fill the context") means the same.
+func setMaxTokens(r *engine.Request, n int, param string, fillContext bool) error {
+	if n == -2 && fillContext {
 		n = engine.MaxTokensUntilDone
 	}
 	if err := sample.CheckMaxTokens(n); err != nil {

@@ -101,7 +101,7 @@ func runServe(e *env, args []string) int {
 	defer signal.Stop(sigs)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("specula serve listening", "url", "http://"+ln.Addr().String(), "models", len(paths), "api_key", os.Getenv("SPECULA_API_KEY") != "")
+	fmt.Fprintf(e.stderr, "specula serve: listening on http://%s (%d models; ollama API under /api, OpenAI's under /v1)\n", ln.Addr(), len(paths))
 
 	var sig os.Signal
 	select {
