@@ -89,7 +89,7 @@ func runBench(e *env, args []string) int {
 	if !*quiet {
 		bar = newProgressBar(e.stderr)
 	}
-	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar)
+	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar, 0)
 	if err != nil {
 		return fail(e, "bench", err)
 	}

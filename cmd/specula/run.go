@@ -15,6 +15,7 @@ import (
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/plugins"
 	"github.com/specula-dev/specula/registry"
+	"github.com/specula-dev/specula/server"
 	"github.com/specula-dev/specula/tokenizer"
 )
 
@@ -104,7 +105,7 @@ func runRun(e *env, args []string) int {
 	g.register(fs)
 	ids := fs.String("ids", "", "prompt as comma-separated token `ids` instead of text")
 	asJSON := fs.Bool("json", false, "print one JSON object (ids, text, done_reason, stats) instead of streaming")
-	chat := fs.Bool("chat", false, "wrap the prompt in the checkpoint's chat template (as a user turn)")
+	chat := fs.Bool("chat", false, "wrap the prompt in the checkpoint's chat template (as a user turn); with no prompt on a terminal, run opens an interactive chat")
 	system := fs.String("system", "", "system `message` for --chat")
 	noThink := fs.Bool("no-think", false, "with --chat, pass enable_thinking=false to the template (Qwen3.5)")
 	quiet := fs.Bool("quiet", false, "no progress or stats on stderr")
@@ -125,7 +126,7 @@ func runRun(e *env, args []string) int {
 	if !valid {
 		return exitUsage
 	}
-	if !*chat && (*system != "" || *noThink) {
+	if !*chat && (*system != "" || *noThink) && (len(pos) > 0 || *ids != "") {
 		fmt.Fprintln(e.stderr, "specula run: --system and --no-think shape the chat template: add --chat")
 		return exitUsage
 	}
@@ -158,37 +159,49 @@ func runRun(e *env, args []string) int {
 			return exitUsage
 		}
 		req.IDs = parsed
-	} else if prompt == "" {
-		fmt.Fprintln(e.stderr, "specula run: a prompt (or --ids) is required")
+	} else if prompt == "" && (len(pos) > 0 || *asJSON || !isTerminal(os.Stdin)) {
+		fmt.Fprintln(e.stderr, "specula run: a prompt (or --ids) is required; on a terminal, no prompt opens a chat")
 		return exitUsage
 	}
+	interactive := prompt == "" && req.IDs == nil
 
 	ctx := e.ctx
 	var bar *progressBar
 	if !*quiet {
 		bar = newProgressBar(e.stderr)
 	}
-	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar)
+	var promptCache int64
+	if interactive {
+		promptCache = server.DefaultPromptCacheBytes // each turn resumes where the last ended
+	}
+	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar, promptCache)
 	if err != nil {
 		return fail(e, "run", err)
 	}
-	if *chat && req.IDs == nil {
-		tok := eng.Tokenizer()
-		if tok == nil {
+	var chatArgs map[string]any
+	if *noThink {
+		chatArgs = map[string]any{"enable_thinking": false}
+	}
+	if interactive {
+		if eng.Tokenizer() == nil {
 			return fail(e, "run", engine.ErrNoTokenizer)
 		}
-		var msgs []tokenizer.Message
-		if *system != "" {
-			msgs = append(msgs, tokenizer.Message{Role: "system", Content: *system})
-		}
-		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
-		var extra map[string]any
-		if *noThink {
-			extra = map[string]any{"enable_thinking": false}
-		}
-		if prompt, err = tok.ApplyChat(msgs, true, extra); err != nil {
+		c := &chatSession{eng: eng, base: req, system: *system, args: chatArgs, stdout: e.stdout, stderr: e.stderr, stats: !*quiet}
+		releaseSignals() // Ctrl-C stops an answer (interruptContext), not the chat
+		if err := c.loop(os.Stdin, interruptContext); err != nil {
 			return fail(e, "run", err)
 		}
+		return exitOK
+	}
+	if *chat && req.IDs == nil {
+		if eng.Tokenizer() == nil {
+			return fail(e, "run", engine.ErrNoTokenizer)
+		}
+		if *system != "" {
+			req.Messages = append(req.Messages, tokenizer.Message{Role: "system", Content: *system})
+		}
+		req.Messages = append(req.Messages, tokenizer.Message{Role: "user", Content: prompt})
+		req.ChatArgs = chatArgs
 	}
 	req.Prompt = prompt
 
@@ -242,10 +255,11 @@ func runRun(e *env, args []string) int {
 const doneInterrupted = "interrupted"
 
 // loadEngine loads a manifest (its target alone with noDraft: the draft is
-// not even resolved), showing progress on bar (if not nil). A failure of the
-// draft alone says that --no-draft runs the target without it.
-func loadEngine(ctx context.Context, manifest string, noDraft bool, bar *progressBar) (*engine.Engine, error) {
-	opts := engine.Options{NoDraft: noDraft}
+// not even resolved), showing progress on bar (if not nil), with a prompt
+// cache of promptCache bytes (0: none). A failure of the draft alone says
+// that --no-draft runs the target without it.
+func loadEngine(ctx context.Context, manifest string, noDraft bool, bar *progressBar, promptCache int64) (*engine.Engine, error) {
+	opts := engine.Options{NoDraft: noDraft, PromptCacheBytes: promptCache}
 	if bar != nil {
 		opts.Progress = bar.update
 	}

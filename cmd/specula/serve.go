@@ -96,6 +96,9 @@ func runServe(e *env, args []string) int {
 		ReadHeaderTimeout: 30 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
+	// serve shuts down by itself: SIGTERM lets running requests finish and
+	// exits 0, Ctrl-C does the same and exits 130.
+	releaseSignals()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)

@@ -31,13 +31,21 @@ var interruption struct {
 	sig os.Signal
 }
 
+// watched is the channel the watch receives signals on (nil before
+// handleSignals), so that releaseSignals can end it.
+var watched chan os.Signal
+
 // handleSignals starts the watch and returns the context it cancels.
 func handleSignals() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
+	watched = sigs
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		sig := <-sigs
+		sig, ok := <-sigs
+		if !ok {
+			return // released: the command handles signals itself
+		}
 		interruption.mu.Lock()
 		interruption.sig = sig
 		interruption.mu.Unlock()
@@ -64,4 +72,16 @@ func interruptedCode() int {
 		return 128 + int(syscall.SIGTERM)
 	}
 	return 128 + int(syscall.SIGINT)
+}
+
+// releaseSignals ends the watch, for a command that handles SIGINT and
+// SIGTERM itself: serve (a graceful shutdown that exits 0 after SIGTERM)
+// and the interactive chat (Ctrl-C stops an answer, not the program). Call
+// it before the first signal matters, at most once.
+func releaseSignals() {
+	if watched != nil {
+		signal.Stop(watched)
+		close(watched)
+		watched = nil
+	}
 }

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/server"
+	"github.com/specula-dev/specula/tokenizer"
+)
+
+// The interactive chat sends the whole conversation each turn (a message of
+// several lines between """ marks included), /clear forgets it, /bye ends
+// it; each answer equals a cold engine's answer to the same messages, and
+// the second turn resumes from the prompt cache.
+func TestChatLoop(t *testing.T) {
+	ctx := context.Background()
+	manifest := serveManifest(t)
+	eng, err := engine.Load(ctx, manifest, engine.Options{PromptCacheBytes: server.DefaultPromptCacheBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Free(ctx)
+	cold, err := engine.Load(ctx, manifest, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cold.Free(ctx)
+	max := 8
+	var stdout, stderr bytes.Buffer
+	c := &chatSession{eng: eng, base: engine.Request{MaxTokens: max}, system: "Be brief.", stdout: &stdout, stderr: &stderr, stats: true}
+	input := "hello\n\"\"\"\ntwo\nlines\n\"\"\"\n/clear\nagain\n/bye\nnot read\n"
+	if err := c.loop(strings.NewReader(input), func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(msgs ...tokenizer.Message) string {
+		t.Helper()
+		r, err := cold.Generate(ctx, engine.Request{MaxTokens: max, Messages: append([]tokenizer.Message{{Role: "system", Content: "Be brief."}}, msgs...)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Text
+	}
+	a1 := answer(tokenizer.Message{Role: "user", Content: "hello"})
+	a2 := answer(tokenizer.Message{Role: "user", Content: "hello"}, tokenizer.Message{Role: "assistant", Content: a1}, tokenizer.Message{Role: "user", Content: "two\nlines"})
+	a3 := answer(tokenizer.Message{Role: "user", Content: "again"})
+	want := ">>> " + a1 + "\n>>> ... ... ... " + a2 + "\n>>> >>> " + a3 + "\n>>> "
+	if stdout.String() != want {
+		t.Fatalf("chat output\n%q\nwant\n%q", stdout.String(), want)
+	}
+	cached := regexp.MustCompile(`(\d+) prompt tokens from the cache`).FindAllStringSubmatch(stderr.String(), -1)
+	if len(cached) != 3 || cached[0][1] != "0" || cached[1][1] == "0" {
+		t.Fatalf("stats lines %q: want the second turn served from the prompt cache", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "Cleared the conversation.") {
+		t.Fatalf("stderr %q", stderr.String())
+	}
+}
