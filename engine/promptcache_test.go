@@ -2,10 +2,7 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -110,13 +107,7 @@ func TestPromptCacheGivesColdTokens(t *testing.T) {
 // chat with the same system message resumes after it (the checkpoint at the
 // first message's end), both with the tokens of a cold run.
 func TestPromptCacheChatTurns(t *testing.T) {
-	dir := fixtures.WithTokenizer(t, "qwen35-tiny")
-	text := fmt.Sprintf("schema = 1\nname = \"chat\"\n[target]\npath = %q\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n",
-		dir, fixtures.Dir(t, "dflash-tiny"))
-	manifest := filepath.Join(t.TempDir(), "chat.toml")
-	if err := os.WriteFile(manifest, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	manifest := fixtures.ChatManifest(t, "chat", "")
 	cold := load(t, manifest)
 	warm := loadWith(t, manifest, engine.Options{PromptCacheBytes: 1 << 30})
 	run := func(msgs []tokenizer.Message) (*engine.Response, *engine.Response) {
@@ -148,7 +139,7 @@ func TestPromptCacheChatTurns(t *testing.T) {
 	}
 	// The system message ends where the template's rendering of it alone
 	// ends, in tokens.
-	dirTok, err := tokenizer.LoadDir(dir)
+	dirTok, err := tokenizer.LoadDir(fixtures.WithTokenizer(t, "qwen35-tiny"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,31 +14,6 @@ import (
 	"github.com/specula-dev/specula/tokenizer"
 )
 
-// chatManifest writes a manifest over the fixture target (with a small
-// tokenizer and ChatML template added) and the fixture DFlash draft, greedy
-// by default.
-func chatManifest(t *testing.T, name string) string {
-	t.Helper()
-	text := fmt.Sprintf(`schema = 1
-name = %q
-[target]
-path = %q
-capabilities = ["model", "draft-target"]
-dtype = "float32"
-[draft]
-path = %q
-capabilities = ["draft", "block-draft"]
-[sampling]
-temperature = 0.0
-max_tokens = 16
-`, name, fixtures.WithTokenizer(t, "qwen35-tiny"), fixtures.Dir(t, "dflash-tiny"))
-	path := filepath.Join(t.TempDir(), name+".toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // Through HTTP, on the real engine: completions and chats give the tokens
 // the engine gives for the same request on its own; a chat's next turn is
 // served from the prompt cache (cached_tokens > 0) with the tokens of a cold
@@ -50,7 +23,7 @@ max_tokens = 16
 // functions' scalars.)
 func TestServedTokensEqualEngine(t *testing.T) {
 	ctx := context.Background()
-	manifest := chatManifest(t, "fixture-chat")
+	manifest := fixtures.ChatManifest(t, "fixture-chat", "[sampling]\ntemperature = 0.0\nmax_tokens = 16\n")
 	ref, err := engine.Load(ctx, manifest, engine.Options{}) // cold: no prompt cache
 	if err != nil {
 		t.Fatal(err)

@@ -146,17 +146,9 @@ func thinkArgs(raw json.RawMessage) (map[string]any, error) {
 }
 
 func (srv *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
-	var body ollamaGenerateRequest
-	if err := decodeJSON(r, &body); err != nil {
-		writeOllamaError(w, err)
-		return
+	if body, req, ok := decodeRequest(w, r, writeOllamaError, decodeOllamaGenerate); ok {
+		srv.serveOllama(w, r, req, false, !body.Raw)
 	}
-	req, err := decodeOllamaGenerate(&body)
-	if err != nil {
-		writeOllamaError(w, err)
-		return
-	}
-	srv.serveOllama(w, r, req, false, !body.Raw)
 }
 
 // decodeOllamaGenerate translates /api/generate into the internal request.
@@ -212,17 +204,9 @@ func decodeOllamaGenerate(body *ollamaGenerateRequest) (*request, error) {
 }
 
 func (srv *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	var body ollamaChatRequest
-	if err := decodeJSON(r, &body); err != nil {
-		writeOllamaError(w, err)
-		return
+	if _, req, ok := decodeRequest(w, r, writeOllamaError, decodeOllamaChat); ok {
+		srv.serveOllama(w, r, req, true, false)
 	}
-	req, err := decodeOllamaChat(&body)
-	if err != nil {
-		writeOllamaError(w, err)
-		return
-	}
-	srv.serveOllama(w, r, req, true, false)
 }
 
 // decodeOllamaChat translates /api/chat into the internal request.

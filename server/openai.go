@@ -279,31 +279,15 @@ func newID(prefix string) string {
 }
 
 func (srv *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
-	var body openAIChatRequest
-	if err := decodeJSON(r, &body); err != nil {
-		writeOpenAIError(w, err)
-		return
+	if body, req, ok := decodeRequest(w, r, writeOpenAIError, decodeOpenAIChat); ok {
+		srv.serveOpenAI(w, r, req, true, body.StreamOptions != nil && body.StreamOptions.IncludeUsage)
 	}
-	req, err := decodeOpenAIChat(&body)
-	if err != nil {
-		writeOpenAIError(w, err)
-		return
-	}
-	srv.serveOpenAI(w, r, req, true, body.StreamOptions != nil && body.StreamOptions.IncludeUsage)
 }
 
 func (srv *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	var body openAICompletionRequest
-	if err := decodeJSON(r, &body); err != nil {
-		writeOpenAIError(w, err)
-		return
+	if body, req, ok := decodeRequest(w, r, writeOpenAIError, decodeOpenAICompletion); ok {
+		srv.serveOpenAI(w, r, req, false, body.StreamOptions != nil && body.StreamOptions.IncludeUsage)
 	}
-	req, err := decodeOpenAICompletion(&body)
-	if err != nil {
-		writeOpenAIError(w, err)
-		return
-	}
-	srv.serveOpenAI(w, r, req, false, body.StreamOptions != nil && body.StreamOptions.IncludeUsage)
 }
 
 // serveOpenAI runs a decoded request and writes OpenAI's answer: SSE chunks

@@ -32,6 +32,23 @@ func decodeJSON(r *http.Request, v any) error {
 	return unmarshalRequest(data, v)
 }
 
+// decodeRequest reads a body of type B and translates it into the internal
+// request; on an error it answers with fail (the API's error shape) and
+// returns ok = false.
+func decodeRequest[B any](w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, error), translate func(*B) (*request, error)) (body *B, req *request, ok bool) {
+	body = new(B)
+	if err := decodeJSON(r, body); err != nil {
+		fail(w, err)
+		return nil, nil, false
+	}
+	req, err := translate(body)
+	if err != nil {
+		fail(w, err)
+		return nil, nil, false
+	}
+	return body, req, true
+}
+
 // unmarshalRequest decodes a request body (the part the fuzz tests drive).
 func unmarshalRequest(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/internal/fixtures"
 	"github.com/specula-dev/specula/server"
 	"github.com/specula-dev/specula/tokenizer"
 )
@@ -18,7 +19,7 @@ import (
 // the second turn resumes from the prompt cache.
 func TestChatLoop(t *testing.T) {
 	ctx := context.Background()
-	manifest := serveManifest(t)
+	manifest := fixtures.ChatManifest(t, "fixture-chat", "")
 	eng, err := engine.Load(ctx, manifest, engine.Options{PromptCacheBytes: server.DefaultPromptCacheBytes})
 	if err != nil {
 		t.Fatal(err)

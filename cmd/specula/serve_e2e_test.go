@@ -18,30 +18,6 @@ import (
 	"github.com/specula-dev/specula/internal/fixtures"
 )
 
-// serveManifest writes a manifest over the fixture target with a small
-// tokenizer and ChatML template (so the APIs' text prompts and chats run)
-// and the fixture DFlash draft.
-func serveManifest(t *testing.T) string {
-	t.Helper()
-	text := fmt.Sprintf(`schema = 1
-name = "fixture-chat"
-[target]
-path = %q
-capabilities = ["model", "draft-target"]
-dtype = "float32"
-[draft]
-path = %q
-capabilities = ["draft", "block-draft"]
-[speculation]
-max_depth = 7
-`, fixtures.WithTokenizer(t, "qwen35-tiny"), fixtures.Dir(t, "dflash-tiny"))
-	path := filepath.Join(t.TempDir(), "fixture-chat.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // runJSONText runs `specula run --json` and returns its text and token count.
 func runJSONText(t *testing.T, args ...string) (string, int) {
 	t.Helper()
@@ -126,7 +102,7 @@ func TestServeRealClients(t *testing.T) {
 		t.Fatalf("setting up the Python clients (scripts/pyclients.sh): %v", err)
 	}
 	python := strings.TrimSpace(string(out))
-	manifest := serveManifest(t)
+	manifest := fixtures.ChatManifest(t, "fixture-chat", "[speculation]\nmax_depth = 7\n")
 	const maxTokens, maxQueue = 16, 64
 	rawPrompt, system, user := "The quick brown fox", "You are a terse assistant.", "Why is the sky blue?"
 	rawText, rawTokens := runJSONText(t, "-m", manifest, "--temperature", "0", "--max-tokens", fmt.Sprint(maxTokens), rawPrompt)
