@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -48,6 +46,10 @@ type Options struct {
 	// 0 gives every request fresh caches, freed when it ends. Engines with
 	// a plugin draft never keep caches (the draft's live in its process).
 	PromptCacheBytes int64
+	// RequireTokenizer refuses, with ErrNoTokenizer and before any weight
+	// is read, a target folder without tokenizer.json: the caller has a
+	// text prompt to encode.
+	RequireTokenizer bool
 }
 
 // DraftError is a Load failure that comes from the manifest's draft alone:
@@ -113,11 +115,13 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 		log.Warn(w, "manifest", path)
 	}
 	e := &Engine{plan: plan, target: plan.Target.Model(), log: log}
-	if _, err := os.Stat(filepath.Join(plan.Target.Dir, "tokenizer.json")); err == nil {
+	if plan.Target.Tokenizer != "" {
 		if e.tok, err = tokenizer.LoadDir(plan.Target.Dir); err != nil {
 			return nil, err
 		}
 		e.eos = append(e.eos, e.tok.EOS...)
+	} else if opts.RequireTokenizer {
+		return nil, ErrNoTokenizer
 	}
 	err = mlx.Do(ctx, func() error {
 		if err := loadWeights(e.target, "target weights", plan.Target.Dir, opts.Progress); err != nil {

@@ -70,6 +70,9 @@ type Component struct {
 // TargetPlan is the target part of a Plan.
 type TargetPlan struct {
 	Component
+	// Tokenizer is the target folder's tokenizer.json (resolved path), or
+	// "" when it has none: prompts must then be token ids.
+	Tokenizer string
 }
 
 // Model returns the weightless target instance.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
 	"github.com/specula-dev/specula/registry"
@@ -148,6 +149,12 @@ func (r *resolver) run() (*Plan, error) {
 		return nil, r.errorf(parts[0].table+".path", ErrWeightsMissing, "weights missing: %s", strings.Join(missing, "; "))
 	}
 
+	// The tokenizer is optional (without it only token-id prompts work);
+	// callers learn which before any weight is read.
+	if tok := filepath.Join(m.Target.Dir, "tokenizer.json"); fileExists(tok) {
+		r.plan.Target.Tokenizer = tok
+	}
+
 	// 3. Architectures resolve, with the right kind and source.
 	for _, p := range parts {
 		if err := r.lookup(p); err != nil {
@@ -211,6 +218,9 @@ func (r *resolver) run() (*Plan, error) {
 			continue
 		}
 		p.comp.Weights = inspectWeights(p.ck)
+		if p.table == "draft" && p.comp.Weights.Status == WeightsPresent {
+			p.comp.Weights = r.bindWeights(p)
+		}
 		w := p.comp.Weights
 		if w.Status == WeightsPresent {
 			continue
@@ -234,6 +244,57 @@ func (r *resolver) run() (*Plan, error) {
 		slog.Debug("manifests: warning", "manifest", m.Path, "warning", w)
 	}
 	return r.plan, nil
+}
+
+// weightBinder is what bindWeights needs of an architecture instance.
+type weightBinder interface {
+	LoadWeights(map[string]*mlx.Array) error
+}
+
+// bindWeights binds p's checkpoint through its architecture's own
+// LoadWeights, lazily: names, shapes, quantization and dtypes are checked as
+// a load checks them, but no tensor data is read (MLX reads a tensor only
+// when it is evaluated; the engine binds again when it loads). A folder
+// holding another architecture's tensors, or a config.json of another
+// checkpoint, is refused here rather than after the target has loaded.
+// Only drafts are bound: they are small, and binding a target may read
+// tensors to recognise its layout. A plugin draft's instance (a proxy) has
+// no LoadWeights: its plugin binds its tensors (AttachTarget).
+func (r *resolver) bindWeights(p *part) Weights {
+	w := p.comp.Weights
+	b, ok := p.comp.instance.(weightBinder)
+	if !ok {
+		return w
+	}
+	err := mlx.Do(r.ctx, func() (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = fmt.Errorf("%s panicked while binding its tensors: %v", p.entry.Name, v)
+			}
+		}()
+		c, err := loader.OpenCheckpoint(p.ck.Dir)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		tensors, err := c.Arrays()
+		if err != nil {
+			return err
+		}
+		return b.LoadWeights(tensors)
+	})
+	if err == nil {
+		return w
+	}
+	// One line: the summary, then how many lines of detail run would show.
+	msg, rest, multi := strings.Cut(err.Error(), "\n")
+	if multi {
+		slog.Debug("manifests: draft tensors do not fit", "manifest", r.m.Path, "error", err.Error())
+		msg += fmt.Sprintf(" (and %d more lines: SPECULA_LOG=debug shows them)", strings.Count(rest, "\n")+1)
+	}
+	return Weights{Status: WeightsInvalid, Err: err, Problem: fmt.Sprintf(
+		"%s: its tensors do not fit %s as its config.json describes it (is it another architecture's checkpoint, or its config.json another's?): %s",
+		p.ck.Path, p.entry.Name, msg)}
 }
 
 // readConfig reads p's config.json. A missing folder or file is returned as
@@ -302,6 +363,12 @@ func (r *resolver) readConfig(p *part) (missing string, err error) {
 			`[%s] %s has no architectures list; set architecture = "<class name>" in [%s] (see specula archs)`, p.table, shown, p.table)
 	}
 	return "", nil
+}
+
+// fileExists reports whether path is a regular file (or a link to one).
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // downloadHint tells how to fetch a checkpoint.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/specula-dev/specula/cache"
@@ -43,7 +44,10 @@ type Draft struct {
 	prepared  bool
 }
 
-var _ speculation.DrafterFactory = (*Draft)(nil)
+var (
+	_ speculation.DrafterFactory = (*Draft)(nil)
+	_ model.TargetUser           = (*Draft)(nil)
+)
 
 // Plugin returns the name of the plugin serving the draft.
 func (d *Draft) Plugin() string { return d.lp.name }
@@ -70,6 +74,48 @@ func (d *Draft) PrepareLoad(targetDir string, declared model.Capabilities) error
 		return fmt.Errorf("plugin %s: target checkpoint folder %s is not a folder", d.lp.name, targetDir)
 	}
 	d.targetDir, d.declared, d.prepared = targetDir, slices.Clone(declared), true
+	return nil
+}
+
+// AttachTarget asks the plugin whether the draft fits target, without
+// loading it (model.TargetUser; manifest resolution calls it, so `specula
+// check` and `specula run` refuse a misfit before any weight is read): a
+// Load with check_only builds the draft from its config.json, attaches a
+// stand-in with target's sizes, and binds the checkpoint's tensor names and
+// shapes. Its answer is checked as a real Load's is, and the layer taps it
+// asks for are set on target. The process that answered is stopped (a
+// plugin predating check_only would have loaded the draft); NewDrafter
+// starts a fresh one.
+func (d *Draft) AttachTarget(target model.DraftTarget) error {
+	req, err := d.loadRequest(target)
+	if err != nil {
+		return err
+	}
+	req.Target.Tensors, req.CheckOnly = nil, true
+	p, err := d.h.process(d.lp)
+	if err != nil {
+		return err
+	}
+	defer d.h.stop(p, killGrace)
+	cfg := drafterConfig{name: d.lp.name, timeouts: d.h.cfg.Timeouts, host: d.h, lp: d.lp}
+	resp, err := cfg.sendLoad(p, req)
+	if st, ok := status.FromError(err); ok && err != nil {
+		// The plugin's own words, without gRPC's "rpc error: code = ...",
+		// on one line: a long answer (every mismatched tensor) is logged.
+		msg := st.Message()
+		if first, rest, multi := strings.Cut(msg, "\n"); multi {
+			d.h.log.Debug("plugin check failed", "plugin", d.lp.name, "answer", msg)
+			msg = fmt.Sprintf("%s (and %d more lines: SPECULA_LOG=debug shows them)", first, strings.Count(rest, "\n")+1)
+		}
+		err = errors.New(msg)
+	}
+	if err != nil {
+		return fmt.Errorf("plugin %s: checking %s against the target: %w", d.lp.name, req.GetArchitecture(), err)
+	}
+	check := &Drafter{resp: resp, featureDType: mlx.Float32}
+	if err := check.checkLoad(target); err != nil {
+		return fmt.Errorf("plugin %s: checking %s against the target: %w", d.lp.name, req.GetArchitecture(), err)
+	}
 	return nil
 }
 

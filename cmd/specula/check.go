@@ -76,7 +76,10 @@ type checkReport struct {
 	Draft       *componentOut   `json:"draft,omitempty"`
 	Speculation *speculationOut `json:"speculation,omitempty"`
 	Sampling    *samplingOut    `json:"sampling,omitempty"`
-	Warnings    []string        `json:"warnings"`
+	// Tokenizer is the target's tokenizer.json, or "" when it has none
+	// (then only token-id prompts work); absent when nothing resolved.
+	Tokenizer *string  `json:"tokenizer,omitempty"`
+	Warnings  []string `json:"warnings"`
 }
 
 type componentOut struct {
@@ -156,6 +159,8 @@ func (r *checkReport) fromManifest(m *manifests.Manifest, gpu bool) {
 
 func (r *checkReport) fromPlan(p *manifests.Plan) {
 	r.Target = componentOf(&p.Target.Component)
+	tok := p.Target.Tokenizer
+	r.Tokenizer = &tok
 	if d := p.Draft; d != nil {
 		r.Draft = componentOf(&d.Component)
 		r.Draft.Plugin, r.Draft.SHA256 = d.Plugin, d.SHA256
@@ -237,6 +242,13 @@ func (r *checkReport) writeText(w io.Writer) {
 		fmt.Fprintf(w, "device       %s\n", r.Device)
 	}
 	writeComponent(w, "target", r.Target)
+	if r.Tokenizer != nil {
+		if *r.Tokenizer == "" {
+			fmt.Fprintf(w, "  tokenizer     none (no tokenizer.json): only token-id prompts work (specula run --ids); text prompts and --chat fail\n")
+		} else {
+			fmt.Fprintf(w, "  tokenizer     %s\n", *r.Tokenizer)
+		}
+	}
 	if r.Draft != nil {
 		writeComponent(w, "draft", r.Draft)
 	}

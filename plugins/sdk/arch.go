@@ -42,6 +42,12 @@ type LoadConfig struct {
 	Device string
 	// Target describes the host's target model.
 	Target TargetInfo
+	// CheckOnly says the host only checks that the draft fits its target
+	// (`specula check`, manifest resolution): the SDK builds the draft,
+	// attaches the target and binds the checkpoint's tensors lazily, reads
+	// no weight data, and keeps nothing loaded. Target.Tensors is empty.
+	// Constructors may skip work that only serving needs.
+	CheckOnly bool
 }
 
 // TargetInfo describes the host's target model.

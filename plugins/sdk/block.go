@@ -29,7 +29,8 @@ type blockLoaded struct {
 }
 
 // loadBlock attaches the target, loads the weights and answers Load. It runs
-// on the MLX worker.
+// on the MLX worker. With cfg.CheckOnly the weights are bound (names and
+// shapes checked) but not read.
 func loadBlock(cfg *LoadConfig, d model.BlockDraft) (loaded, error) {
 	b := &blockLoaded{draft: d, featureDType: mlx.Float32, featureWidth: cfg.Target.HiddenSize}
 	if cfg.DType == mlx.BFloat16 || cfg.DType == mlx.Float16 {
@@ -58,7 +59,8 @@ func loadBlock(cfg *LoadConfig, d model.BlockDraft) (loaded, error) {
 		b.free()
 		return nil, fmt.Errorf("loading weights: %w", err)
 	}
-	if h, ok := d.(model.WeightHolder); ok {
+	// LoadWeights binds lazily; only this evaluation reads the data.
+	if h, ok := d.(model.WeightHolder); ok && !cfg.CheckOnly {
 		if err := mlx.Eval(h.Weights()...); err != nil {
 			b.free()
 			return nil, err

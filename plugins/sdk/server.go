@@ -94,6 +94,12 @@ func (s *Server) Load(ctx context.Context, req *draftv1.LoadRequest) (*draftv1.L
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "loading %s from %s: %v", arch.Name, cfg.CheckpointDir, err)
 	}
+	if cfg.CheckOnly {
+		resp := d.response()
+		d.free()
+		s.log.Info("draft checked", "architecture", arch.Name, "dir", cfg.CheckpointDir)
+		return resp, nil
+	}
 	s.draft = d
 	resp := d.response()
 	s.log.Info("draft loaded", "architecture", arch.Name, "dir", cfg.CheckpointDir, "block_size", resp.BlockSize, "max_depth", resp.MaxDepth, "needs_features", resp.NeedsFeatures)
@@ -115,6 +121,7 @@ func loadConfig(req *draftv1.LoadRequest) (*LoadConfig, error) {
 		ConfigJSON:    req.GetConfigJson(),
 		DType:         dt,
 		Device:        req.GetDevice(),
+		CheckOnly:     req.GetCheckOnly(),
 		Target: TargetInfo{
 			Architecture: t.GetArchitecture(),
 			HiddenSize:   int(t.GetHiddenSize()),

@@ -513,7 +513,15 @@ type LoadRequest struct {
 	// dtype is the compute dtype as MLX names it ("bfloat16", "float32").
 	Dtype string `protobuf:"bytes,5,opt,name=dtype,proto3" json:"dtype,omitempty"`
 	// device is "gpu" or "cpu".
-	Device        string `protobuf:"bytes,6,opt,name=device,proto3" json:"device,omitempty"`
+	Device string `protobuf:"bytes,6,opt,name=device,proto3" json:"device,omitempty"`
+	// check_only asks the plugin to check that the draft fits the target
+	// without loading it: build the draft from config_json, attach the target
+	// (sizes, layer taps), bind the checkpoint's tensor names and shapes
+	// without reading their data, answer as Load would, and keep nothing
+	// loaded. target.tensors is empty. `specula check` (and every manifest
+	// resolution) sends it; a plugin that predates it loads fully, which is
+	// slower but answers the same.
+	CheckOnly     bool `protobuf:"varint,7,opt,name=check_only,json=checkOnly,proto3" json:"check_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +596,13 @@ func (x *LoadRequest) GetDevice() string {
 		return x.Device
 	}
 	return ""
+}
+
+func (x *LoadRequest) GetCheckOnly() bool {
+	if x != nil {
+		return x.CheckOnly
+	}
+	return false
 }
 
 // DistInfo announces the layout of proposal distributions (informational:
@@ -1408,7 +1423,7 @@ const file_draft_proto_rawDesc = "" +
 	"vocab_size\x18\x03 \x01(\x03R\tvocabSize\x12\x1d\n" +
 	"\n" +
 	"num_layers\x18\x04 \x01(\x03R\tnumLayers\x12A\n" +
-	"\atensors\x18\x05 \x03(\v2'.specula.plugin.draft.v1.TensorLocationR\atensors\"\xe4\x01\n" +
+	"\atensors\x18\x05 \x03(\v2'.specula.plugin.draft.v1.TensorLocationR\atensors\"\x83\x02\n" +
 	"\vLoadRequest\x12\"\n" +
 	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12%\n" +
 	"\x0echeckpoint_dir\x18\x02 \x01(\tR\rcheckpointDir\x12\x1f\n" +
@@ -1416,7 +1431,9 @@ const file_draft_proto_rawDesc = "" +
 	"configJson\x12;\n" +
 	"\x06target\x18\x04 \x01(\v2#.specula.plugin.draft.v1.TargetInfoR\x06target\x12\x14\n" +
 	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x16\n" +
-	"\x06device\x18\x06 \x01(\tR\x06device\"W\n" +
+	"\x06device\x18\x06 \x01(\tR\x06device\x12\x1d\n" +
+	"\n" +
+	"check_only\x18\a \x01(\bR\tcheckOnly\"W\n" +
 	"\bDistInfo\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.specula.plugin.draft.v1.DistKindR\x04kind\x12\x14\n" +
 	"\x05width\x18\x02 \x01(\rR\x05width\"\xb0\x02\n" +
