@@ -103,29 +103,35 @@ func runBench(e *env, args []string) int {
 		b.base.Temperature = &zero
 	}
 	res := benchResult{Manifest: g.manifest, Prompts: len(prompts), Repeats: *repeats, MaxTokens: g.maxTokens.v, Date: time.Now().UTC().Format(time.RFC3339)}
-	res.Plain, err = b.mode("plain", func(r *engine.Request, _ int) { r.NoDraft = true })
-	if err != nil {
-		return fail(e, "bench", err)
-	}
+	plain := benchMode{name: "plain", set: func(r *engine.Request, _ int) { r.NoDraft = true }}
 	if eng.HasDraft() && !g.noDraft {
-		spec, err := b.mode("speculative", func(*engine.Request, int) {})
-		if err != nil {
+		// Plain and speculative runs alternate, so that a machine getting
+		// busier or quieter during the benchmark weighs on both alike.
+		spec := benchMode{name: "speculative", set: func(*engine.Request, int) {}}
+		if err := b.measure(&plain, &spec); err != nil {
 			return fail(e, "bench", err)
 		}
-		spec.Speedup = ratio(spec.TokensPerSecond.Median, res.Plain.TokensPerSecond.Median)
-		res.Speculative = &spec
+		res.Plain, res.Speculative = plain.result(), new(modeResult)
+		*res.Speculative = spec.result()
+		res.Speculative.speedupOver(&plain, &spec)
+	} else {
+		if err := b.measure(&plain); err != nil {
+			return fail(e, "bench", err)
+		}
+		res.Plain = plain.result()
 	}
 	if *oracle {
 		for _, d := range depthList {
-			m, err := b.mode(fmt.Sprintf("oracle depth %d", d), func(r *engine.Request, prompt int) {
+			o := benchMode{name: fmt.Sprintf("oracle depth %d", d), set: func(r *engine.Request, prompt int) {
 				r.Drafter = speculation.NewOracle(slices.Concat(prompts[prompt].ids, b.continuation[prompt]), d)
 				r.FixedDepth = d
-			})
-			if err != nil {
+			}}
+			if err := b.measure(&o); err != nil {
 				return fail(e, "bench", err)
 			}
+			m := o.result()
 			m.Depth = d
-			m.Speedup = ratio(m.TokensPerSecond.Median, res.Plain.TokensPerSecond.Median)
+			m.speedupOver(&plain, &o)
 			// All d drafts are accepted: each round commits d+1 tokens.
 			m.IdealSpeedup = ratio(float64(d+1)*res.Plain.RoundMS.Median, m.RoundMS.Median)
 			res.Oracle = append(res.Oracle, m)
@@ -258,6 +264,7 @@ type modeResult struct {
 	FirstTokenMS         spread    `json:"first_token_ms"`
 	RoundMS              spread    `json:"round_ms"`
 	Speedup              float64   `json:"speedup_over_plain,omitempty"`
+	SpeedupSpread        *speedup  `json:"speedup,omitempty"`
 	IdealSpeedup         float64   `json:"ideal_speedup,omitempty"`
 	MeanAcceptanceLength float64   `json:"mean_acceptance_length,omitempty"`
 	AcceptanceByPosition []float64 `json:"acceptance_by_position,omitempty"`
@@ -266,60 +273,148 @@ type modeResult struct {
 	OverheadMSPerRound   float64   `json:"overhead_ms_per_round,omitempty"`
 }
 
-// mode measures one configuration: warm-up runs, then repeats of every
-// prompt. set adjusts the request for prompt i.
-func (b *bencher) mode(name string, set func(r *engine.Request, prompt int)) (modeResult, error) {
-	res := modeResult{Mode: name}
-	var tps, ttft, round []float64
-	var stats speculation.Stats
-	run := func(i int) (*engine.Response, error) {
+// speedup is the spread of a mode's speedup over plain decoding, from the
+// ratios of paired runs (the same prompt and repeat in both modes).
+type speedup struct {
+	// Pairs is the number of paired runs.
+	Pairs int `json:"pairs"`
+	// Median, Min and Max are over the pairs' ratios.
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	// CILow and CIHigh bound the median ratio with 95% confidence
+	// (bootstrap over the pairs).
+	CILow  float64 `json:"ci95_low"`
+	CIHigh float64 `json:"ci95_high"`
+	// WithinNoise is true when that interval contains 1: the measurements
+	// do not show a difference from plain decoding.
+	WithinNoise bool `json:"within_noise"`
+}
+
+// benchMode collects one configuration's runs; set adjusts the request for
+// prompt i.
+type benchMode struct {
+	name             string
+	set              func(r *engine.Request, prompt int)
+	tps, ttft, round []float64 // per measured run, in run order
+	stats            speculation.Stats
+}
+
+func (m *benchMode) add(resp *engine.Response) {
+	m.tps = append(m.tps, resp.TokensPerSecond())
+	m.ttft = append(m.ttft, ms(resp.FirstTokenTime))
+	if rounds := resp.Stats.Iterations; rounds > 1 {
+		m.round = append(m.round, ms(resp.DecodeTime)/float64(rounds-1))
+	}
+	m.stats.Add(&resp.Stats)
+}
+
+func (m *benchMode) result() modeResult {
+	res := modeResult{Mode: m.name, Runs: len(m.tps)}
+	res.TokensPerSecond, res.FirstTokenMS, res.RoundMS = spreadOf(m.tps), spreadOf(m.ttft), spreadOf(m.round)
+	if st := &m.stats; st.DraftRounds > 0 {
+		res.MeanAcceptanceLength = st.MeanAcceptanceLength()
+		res.AcceptanceByPosition = st.PerPositionAcceptance()
+		n := float64(st.DraftRounds)
+		res.DraftMSPerRound, res.VerifyMSPerRound, res.OverheadMSPerRound = st.DraftMS/n, st.VerifyMS/n, st.OverheadMS/n
+	}
+	return res
+}
+
+// speedupOver sets r's speedup over plain from the paired runs of m and
+// plain (run k of each is the same prompt and repeat).
+func (r *modeResult) speedupOver(plain, m *benchMode) {
+	n := min(len(plain.tps), len(m.tps))
+	ratios := make([]float64, 0, n)
+	for k := range n {
+		if plain.tps[k] > 0 {
+			ratios = append(ratios, m.tps[k]/plain.tps[k])
+		}
+	}
+	if len(ratios) == 0 {
+		return
+	}
+	s := spreadOf(ratios)
+	lo, hi := medianCI(ratios)
+	r.Speedup = s.Median
+	r.SpeedupSpread = &speedup{Pairs: len(ratios), Median: s.Median, Min: s.Min, Max: s.Max, CILow: lo, CIHigh: hi, WithinNoise: lo <= 1 && 1 <= hi}
+}
+
+// bootstrapResamples is the number of resamples medianCI draws: enough for
+// stable 2.5% and 97.5% percentiles, cheap next to a single generation.
+const bootstrapResamples = 2000
+
+// medianCI returns a 95% percentile-bootstrap confidence interval of the
+// median of v, from a fixed seed so that the same measurements give the
+// same interval.
+func medianCI(v []float64) (lo, hi float64) {
+	r := rand.New(rand.NewPCG(1, 2))
+	meds := make([]float64, bootstrapResamples)
+	sample := make([]float64, len(v))
+	for i := range meds {
+		for j := range sample {
+			sample[j] = v[r.IntN(len(v))]
+		}
+		meds[i] = spreadOf(sample).Median
+	}
+	slices.Sort(meds)
+	return meds[bootstrapResamples*25/1000], meds[bootstrapResamples*975/1000-1]
+}
+
+// measure runs the warm-up runs of every mode, then b.repeats rounds over
+// the prompts in which the modes take turns on each prompt, the order
+// alternating from one run to the next (ABBA...), so that drift in the
+// machine's speed weighs on every mode alike and run k of each mode is the
+// same prompt and repeat. The first plain mode records each prompt's
+// continuation for the oracle.
+func (b *bencher) measure(modes ...*benchMode) error {
+	run := func(m *benchMode, i int) (*engine.Response, error) {
 		req := b.base
 		req.IDs = b.prompts[i].ids
-		set(&req, i)
+		m.set(&req, i)
 		return b.eng.Generate(b.ctx, req, nil)
 	}
 	for w := range b.warmup {
-		if _, err := run(w % len(b.prompts)); err != nil {
-			return res, err
+		for _, m := range modes {
+			if _, err := run(m, w%len(b.prompts)); err != nil {
+				return err
+			}
 		}
 	}
-	record := name == "plain" && b.continuation == nil
+	record := modes[0].name == "plain" && b.continuation == nil
 	if record {
 		b.continuation = make([][]int32, len(b.prompts))
 	}
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = m.name
+	}
+	label := strings.Join(names, " + ")
 	total := b.repeats * len(b.prompts)
+	order := slices.Clone(modes)
 	for r := range b.repeats {
 		for i := range b.prompts {
+			k := r*len(b.prompts) + i
 			if !b.quiet {
-				fmt.Fprintf(b.log, "\rbench %s: run %d/%d ", name, r*len(b.prompts)+i+1, total)
+				fmt.Fprintf(b.log, "\rbench %s: run %d/%d ", label, k+1, total)
 			}
-			resp, err := run(i)
-			if err != nil {
-				return res, err
+			for _, m := range order {
+				resp, err := run(m, i)
+				if err != nil {
+					return err
+				}
+				if record && m == modes[0] && r == 0 {
+					b.continuation[i] = resp.IDs
+				}
+				m.add(resp)
 			}
-			if record && r == 0 {
-				b.continuation[i] = resp.IDs
-			}
-			tps = append(tps, resp.TokensPerSecond())
-			ttft = append(ttft, ms(resp.FirstTokenTime))
-			if rounds := resp.Stats.Iterations; rounds > 1 {
-				round = append(round, ms(resp.DecodeTime)/float64(rounds-1))
-			}
-			stats.Add(&resp.Stats)
+			slices.Reverse(order)
 		}
 	}
 	if !b.quiet {
 		fmt.Fprintln(b.log)
 	}
-	res.Runs = total
-	res.TokensPerSecond, res.FirstTokenMS, res.RoundMS = spreadOf(tps), spreadOf(ttft), spreadOf(round)
-	if stats.DraftRounds > 0 {
-		res.MeanAcceptanceLength = stats.MeanAcceptanceLength()
-		res.AcceptanceByPosition = stats.PerPositionAcceptance()
-		n := float64(stats.DraftRounds)
-		res.DraftMSPerRound, res.VerifyMSPerRound, res.OverheadMSPerRound = stats.DraftMS/n, stats.VerifyMS/n, stats.OverheadMS/n
-	}
-	return res, nil
+	return nil
 }
 
 // benchResult is the whole report.
@@ -337,7 +432,7 @@ type benchResult struct {
 func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "%s: %d prompts × %d repeats, up to %d tokens each\n\n", r.Manifest, r.Prompts, r.Repeats, r.MaxTokens)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "mode\ttok/s (median [min, max])\tfirst token ms\tround ms\tspeedup\tideal\tmean accept len\tdraft/verify/overhead ms per round")
+	fmt.Fprintln(tw, "mode\ttok/s (median [min, max])\tfirst token ms\tround ms\tspeedup (median [95% CI])\tideal\tmean accept len\tdraft/verify/overhead ms per round")
 	rows := []modeResult{r.Plain}
 	if r.Speculative != nil {
 		rows = append(rows, *r.Speculative)
@@ -345,8 +440,8 @@ func printBench(w io.Writer, r *benchResult) {
 	rows = append(rows, r.Oracle...)
 	for _, m := range rows {
 		speed, ideal, acc, split := "-", "-", "-", "-"
-		if m.Speedup > 0 {
-			speed = fmt.Sprintf("%.2fx", m.Speedup)
+		if sp := m.SpeedupSpread; sp != nil {
+			speed = fmt.Sprintf("%.2fx [%.2f, %.2f]", sp.Median, sp.CILow, sp.CIHigh)
 		}
 		if m.IdealSpeedup > 0 {
 			ideal = fmt.Sprintf("%.2fx", m.IdealSpeedup)
@@ -359,12 +454,31 @@ func printBench(w io.Writer, r *benchResult) {
 			m.FirstTokenMS.Median, m.RoundMS.Median, speed, ideal, acc, split)
 	}
 	tw.Flush()
+	if r.Speculative != nil {
+		if sp := r.Speculative.SpeedupSpread; sp != nil {
+			fmt.Fprintf(w, "\n%s\n", speedupVerdict(sp))
+		}
+	}
 	if r.Speculative != nil && len(r.Speculative.AcceptanceByPosition) > 0 {
 		fmt.Fprintf(w, "\nspeculative acceptance by position:")
 		for i, a := range r.Speculative.AcceptanceByPosition {
 			fmt.Fprintf(w, " %d:%.2f", i+1, a)
 		}
 		fmt.Fprintln(w)
+	}
+}
+
+// speedupVerdict says in words what the paired runs show.
+func speedupVerdict(sp *speedup) string {
+	head := fmt.Sprintf("speculative vs plain over %d paired runs: speedup %.2fx (per pair %.2f to %.2f; 95%% CI of the median %.2f to %.2f)",
+		sp.Pairs, sp.Median, sp.Min, sp.Max, sp.CILow, sp.CIHigh)
+	switch {
+	case sp.WithinNoise:
+		return head + ": within the noise, no difference shown (more --repeats narrow the interval)"
+	case sp.CILow > 1:
+		return head + ": faster"
+	default:
+		return head + ": slower"
 	}
 }
 
