@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/specula-dev/specula/engine"
@@ -75,7 +77,8 @@ func runDemo(e *env, args []string) int {
 		}
 		*dir = filepath.Join(cache, "specula", demoVersion)
 	}
-	manifest, built, err := ensureDemo(*dir)
+	ctx := e.ctx
+	eng, built, err := loadDemo(ctx, e, *dir)
 	if err != nil {
 		return fail(e, "demo", err)
 	}
@@ -87,11 +90,6 @@ func runDemo(e *env, args []string) int {
 		fmt.Fprintln(e.stdout, "guesses the target's tokens, so real speedups need trained checkpoints. The oracle")
 		fmt.Fprintln(e.stdout, "row shows what this engine reaches when every draft token is right.")
 		fmt.Fprintln(e.stdout)
-	}
-	ctx := e.ctx
-	eng, err := engine.Load(ctx, manifest, engine.Options{})
-	if err != nil {
-		return fail(e, "demo", err)
 	}
 	if !*asJSON {
 		noteCPUKernels(e.stderr)
@@ -167,12 +165,54 @@ func runDemo(e *env, args []string) int {
 	return exitOK
 }
 
-// ensureDemo builds the demo folder on first use and returns its manifest.
-// A folder is used only when its stamp says it is complete; a half-built one
-// is rebuilt.
-func ensureDemo(dir string) (manifest string, built bool, err error) {
+// loadDemo loads the demo pair from its cache folder dir, building it on
+// first use. A cache that fails to load (a file truncated or edited since it
+// was built) is built again, once, with a note on stderr: the demo's files
+// are made here, so there is nothing to download.
+func loadDemo(ctx context.Context, e *env, dir string) (eng *engine.Engine, built bool, err error) {
+	manifest, built, err := ensureDemo(dir, false)
+	if err != nil {
+		return nil, false, err
+	}
+	eng, err = engine.Load(ctx, manifest, engine.Options{})
+	if err == nil || built || ctx.Err() != nil {
+		return eng, built, err
+	}
+	fmt.Fprintf(e.stderr, "specula demo: the cached demo pair in %s does not load (%v); building it again\n", dir, firstLine(err))
+	if manifest, built, err = ensureDemo(dir, true); err != nil {
+		return nil, false, err
+	}
+	eng, err = engine.Load(ctx, manifest, engine.Options{})
+	return eng, built, err
+}
+
+// firstLine returns the first line of err's message.
+func firstLine(err error) string {
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	return line
+}
+
+// ensureDemo builds the demo folder on first use (or, with rebuild, again)
+// and returns its manifest. A folder is used only when its stamp says it is
+// complete; a half-built one is rebuilt. The cache is locked while it is
+// checked and built (dir + ".lock"), so two demos started together build
+// it once: the second waits, then finds it complete.
+func ensureDemo(dir string, rebuild bool) (manifest string, built bool, err error) {
 	manifest = filepath.Join(dir, "demo.toml")
 	stamp := filepath.Join(dir, "complete")
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", false, err
+	}
+	unlock, err := lockFile(dir + ".lock")
+	if err != nil {
+		return "", false, fmt.Errorf("locking the demo cache: %w", err)
+	}
+	defer unlock()
+	if rebuild {
+		if err := os.Remove(stamp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", false, err
+		}
+	}
 	if _, err := os.Stat(stamp); err == nil {
 		return manifest, false, nil
 	}
@@ -203,9 +243,6 @@ func ensureDemo(dir string) (manifest string, built bool, err error) {
 		return "", false, err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "complete"), []byte(demoVersion+"\n"), 0o644); err != nil {
-		return "", false, err
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return "", false, err
 	}
 	if err := os.Rename(tmp, dir); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,77 +20,121 @@ func runSynth(e *env, args []string) int {
 	layers := fs.Int("layers", 0, "number of target layers (0: the release's)")
 	vocab := fs.Int("vocab", 0, "vocabulary size (0: the release's 248320)")
 	dtype := fs.String("dtype", "bfloat16", "storage dtype: bfloat16 or float32")
-	out := fs.String("out", "", "output `folder`: target/, draft/ (with --draft) and manifest.toml are written there")
+	out := fs.String("out", "", "output `folder` (new, or empty): target/, draft/ (with --draft) and manifest.toml are written there")
 	draft := fs.String("draft", "", "also write a random draft: dflash or dflash2")
 	seed := fs.Uint64("seed", 1, "random seed")
 	withTokenizer := fs.Bool("tokenizer", false, "also write a small byte-level BPE tokenizer (needs --vocab of at least 260)")
 	if _, code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
-	if *out == "" {
-		fmt.Fprintln(e.stderr, "specula synth: --out is required")
+	// Every flag is checked before anything is written, and everything is
+	// written into a temporary folder renamed to --out at the end: a
+	// refused or failed synth leaves nothing behind.
+	usage := func(format string, args ...any) int {
+		fmt.Fprintf(e.stderr, "specula synth: "+format+"\n", args...)
 		return exitUsage
+	}
+	if *out == "" {
+		return usage("--out is required")
+	}
+	if *layers < 0 {
+		return usage("--layers %d: want >= 1, or 0 for the release's", *layers)
+	}
+	if *vocab < 0 || *vocab == 1 {
+		return usage("--vocab %d: want >= 2, or 0 for the release's 248320", *vocab)
 	}
 	q, err := synth.Qwen35Shape(*shape, *layers)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "specula synth: --shape: %v\n", err)
-		return exitUsage
+		return usage("--shape: %v", err)
 	}
 	switch synth.DType(*dtype) {
 	case synth.BFloat16, synth.Float32:
 		q.DType = synth.DType(*dtype)
 	default:
-		fmt.Fprintf(e.stderr, "specula synth: --dtype %q: want bfloat16 or float32\n", *dtype)
-		return exitUsage
+		return usage("--dtype %q: want bfloat16 or float32", *dtype)
 	}
 	if *vocab > 0 {
 		q.Vocab = *vocab
 	}
 	q.Seed = *seed
-	target := filepath.Join(*out, "target")
-	if *withTokenizer {
-		tok, err := tokenizer.BuildSmallBPE("", tokenizer.SmallBPEOptions{VocabSize: q.Vocab})
-		if err != nil {
-			return fail(e, "synth", err)
-		}
-		if err := tok.WriteDir(target); err != nil {
-			return fail(e, "synth", err)
-		}
-	}
-	fmt.Fprintf(e.stderr, "writing a random Qwen3.5 (%s shapes, %d layers, vocab %d, %s, %.2fB parameters) to %s\n", *shape, q.Layers, q.Vocab, q.DType, float64(q.Params())/1e9, target)
-	if err := q.Write(target); err != nil {
-		return fail(e, "synth", err)
-	}
-	manifest := fmt.Sprintf("# Random weights written by specula synth.\nschema = 1\nname = \"synth-%s\"\n\n[target]\npath = \"target\"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"auto\"\n", *shape)
-	if *draft != "" {
-		d := synth.DFlash{Hidden: q.Hidden, Vocab: q.Vocab, Layers: 5, Heads: 32, KVHeads: 8, HeadDim: 128, Intermediate: q.Intermediate,
+	var d *synth.DFlash
+	caps := `["draft", "block-draft"]`
+	switch *draft {
+	case "":
+	case "dflash", "dflash2":
+		d = &synth.DFlash{Hidden: q.Hidden, Vocab: q.Vocab, Layers: 5, Heads: 32, KVHeads: 8, HeadDim: 128, Intermediate: q.Intermediate,
 			BlockSize: 16, MaskToken: q.Vocab - 1, TargetLayers: q.Layers, RopeTheta: q.RopeTheta, DType: q.DType, Seed: *seed + 1}
 		for i := range 5 {
 			d.TargetLayerIDs = append(d.TargetLayerIDs, min(q.Layers-1, 1+i*max(1, (q.Layers-2)/5)))
 		}
 		d.TargetLayerIDs = uniqueAscending(d.TargetLayerIDs)
-		caps := `["draft", "block-draft"]`
-		switch *draft {
-		case "dflash":
-		case "dflash2":
+		if *draft == "dflash2" {
 			d.DFlash2, d.BlockSize, d.SlidingWindow = true, 8, 2048
 			d.ConvKernel, d.ConvGroup, d.SelectorRank, d.SelectorTopK = 2, 16, 256, 16
 			caps = `["draft", "block-draft", "selector"]`
-		default:
-			fmt.Fprintf(e.stderr, "specula synth: --draft %q: want dflash or dflash2\n", *draft)
-			return exitUsage
 		}
-		fmt.Fprintf(e.stderr, "writing a random %s draft (taps %v) to %s\n", *draft, d.TargetLayerIDs, filepath.Join(*out, "draft"))
-		if err := d.Write(filepath.Join(*out, "draft")); err != nil {
-			return fail(e, "synth", err)
-		}
-		manifest += fmt.Sprintf("\n[draft]\npath = \"draft\"\ncapabilities = %s\n", caps)
+	default:
+		return usage("--draft %q: want dflash or dflash2", *draft)
 	}
-	if err := os.WriteFile(filepath.Join(*out, "manifest.toml"), []byte(manifest), 0o644); err != nil {
+	var tok *tokenizer.SmallBPE
+	if *withTokenizer {
+		if tok, err = tokenizer.BuildSmallBPE("", tokenizer.SmallBPEOptions{VocabSize: q.Vocab}); err != nil {
+			return usage("--tokenizer: %v", err)
+		}
+	}
+	if entries, err := os.ReadDir(*out); err == nil && len(entries) > 0 {
+		return usage("--out %s already exists and is not empty: synth writes a new folder; choose another or remove it", *out)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fail(e, "synth", err)
+	}
+
+	parent := filepath.Dir(filepath.Clean(*out))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fail(e, "synth", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(filepath.Clean(*out))+".synth-")
+	if err != nil {
+		return fail(e, "synth", err)
+	}
+	if err := writeSynth(e, tmp, *shape, q, tok, d, *draft, caps); err != nil {
+		os.RemoveAll(tmp)
+		return fail(e, "synth", err)
+	}
+	// An empty --out folder is replaced; a non-empty one was refused above.
+	if err := os.Remove(*out); err != nil && !errors.Is(err, os.ErrNotExist) {
+		os.RemoveAll(tmp)
+		return fail(e, "synth", err)
+	}
+	if err := os.Rename(tmp, *out); err != nil {
+		os.RemoveAll(tmp)
 		return fail(e, "synth", err)
 	}
 	fmt.Fprintln(e.stdout, filepath.Join(*out, "manifest.toml"))
 	return exitOK
+}
+
+// writeSynth writes the checked synth outputs into dir: target/ (with the
+// tokenizer when tok is not nil), draft/ when d is not nil, manifest.toml.
+func writeSynth(e *env, dir, shape string, q synth.Qwen35, tok *tokenizer.SmallBPE, d *synth.DFlash, draftName, caps string) error {
+	target := filepath.Join(dir, "target")
+	if tok != nil {
+		if err := tok.WriteDir(target); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.stderr, "writing a random Qwen3.5 (%s shapes, %d layers, vocab %d, %s, %.2fB parameters)\n", shape, q.Layers, q.Vocab, q.DType, float64(q.Params())/1e9)
+	if err := q.Write(target); err != nil {
+		return err
+	}
+	manifest := fmt.Sprintf("# Random weights written by specula synth.\nschema = 1\nname = \"synth-%s\"\n\n[target]\npath = \"target\"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"auto\"\n", shape)
+	if d != nil {
+		fmt.Fprintf(e.stderr, "writing a random %s draft (taps %v)\n", draftName, d.TargetLayerIDs)
+		if err := d.Write(filepath.Join(dir, "draft")); err != nil {
+			return err
+		}
+		manifest += fmt.Sprintf("\n[draft]\npath = \"draft\"\ncapabilities = %s\n", caps)
+	}
+	return os.WriteFile(filepath.Join(dir, "manifest.toml"), []byte(manifest), 0o644)
 }
 
 func uniqueAscending(v []int) []int {
