@@ -121,7 +121,7 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 		}
 		e.eos = append(e.eos, e.tok.EOS...)
 	} else if opts.RequireTokenizer {
-		return nil, ErrNoTokenizer
+		return nil, fmt.Errorf("%s: %w", plan.Target.Dir, ErrNoTokenizer)
 	}
 	err = mlx.Do(ctx, func() error {
 		if err := loadWeights(e.target, "target weights", plan.Target.Dir, opts.Progress); err != nil {

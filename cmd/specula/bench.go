@@ -89,7 +89,7 @@ func runBench(e *env, args []string) int {
 	if !*quiet {
 		bar = newProgressBar(e.stderr)
 	}
-	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar, 0)
+	eng, err := loadEngine(ctx, g.manifest, engine.Options{NoDraft: g.noDraft}, bar)
 	if err != nil {
 		return fail(e, "bench", err)
 	}

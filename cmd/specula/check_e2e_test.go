@@ -98,3 +98,14 @@ func TestE2ECheckCatchesWhatRunWouldRefuse(t *testing.T) {
 	}
 	noPluginLeft(t, bin)
 }
+
+// A text prompt for a target without tokenizer.json fails before any weight
+// is read (no progress line), naming the folder and the way out.
+func TestE2ETextPromptWithoutTokenizerFailsBeforeLoading(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	stdout, stderr, code := execSpecula(t, "run", "-m", m, "hello")
+	want := "specula run: " + fixtures.Dir(t, "qwen35-tiny") + ": the target checkpoint has no tokenizer.json: pass token ids instead of text\n"
+	if code != 1 || stdout != "" || stderr != want {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and %q", code, stdout, stderr, want)
+	}
+}

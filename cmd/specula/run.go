@@ -170,11 +170,14 @@ func runRun(e *env, args []string) int {
 	if !*quiet {
 		bar = newProgressBar(e.stderr)
 	}
-	var promptCache int64
+	opts := engine.Options{NoDraft: g.noDraft}
 	if interactive {
-		promptCache = server.DefaultPromptCacheBytes // each turn resumes where the last ended
+		opts.PromptCacheBytes = server.DefaultPromptCacheBytes // each turn resumes where the last ended
 	}
-	eng, err := loadEngine(ctx, g.manifest, g.noDraft, bar, promptCache)
+	// A text prompt (or a chat) needs the target's tokenizer: without one,
+	// fail before any weight is read.
+	opts.RequireTokenizer = req.IDs == nil
+	eng, err := loadEngine(ctx, g.manifest, opts, bar)
 	if err != nil {
 		return fail(e, "run", err)
 	}
@@ -254,12 +257,11 @@ func runRun(e *env, args []string) int {
 // doneInterrupted is the done_reason of a run interrupted by a signal.
 const doneInterrupted = "interrupted"
 
-// loadEngine loads a manifest (its target alone with noDraft: the draft is
-// not even resolved), showing progress on bar (if not nil), with a prompt
-// cache of promptCache bytes (0: none). A failure of the draft alone says
+// loadEngine loads a manifest with opts (its target alone with NoDraft: the
+// draft is not even resolved; a prompt cache with PromptCacheBytes),
+// showing progress on bar (if not nil). A failure of the draft alone says
 // that --no-draft runs the target without it.
-func loadEngine(ctx context.Context, manifest string, noDraft bool, bar *progressBar, promptCache int64) (*engine.Engine, error) {
-	opts := engine.Options{NoDraft: noDraft, PromptCacheBytes: promptCache}
+func loadEngine(ctx context.Context, manifest string, opts engine.Options, bar *progressBar) (*engine.Engine, error) {
 	if bar != nil {
 		opts.Progress = bar.update
 	}
