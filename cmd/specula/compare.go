@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -74,14 +75,17 @@ type compareReport struct {
 	OK      bool            `json:"ok"`
 }
 
-// tensorCompare is one shared tensor's comparison.
+// tensorCompare is one shared tensor's comparison. Tensors whose shapes
+// differ are not compared element-wise: MaxAbs and MaxRel are nil (left out
+// of the JSON) and ShapesDiffer is set.
 type tensorCompare struct {
-	Name   string    `json:"name"`
-	ShapeA []int     `json:"shape_a"`
-	ShapeB []int     `json:"shape_b"`
-	MaxAbs jsonFloat `json:"max_abs"`
-	MaxRel jsonFloat `json:"max_rel"`
-	Within bool      `json:"within"`
+	Name         string     `json:"name"`
+	ShapeA       []int      `json:"shape_a"`
+	ShapeB       []int      `json:"shape_b"`
+	ShapesDiffer bool       `json:"shapes_differ,omitempty"`
+	MaxAbs       *jsonFloat `json:"max_abs,omitempty"`
+	MaxRel       *jsonFloat `json:"max_rel,omitempty"`
+	Within       bool       `json:"within"`
 }
 
 // jsonFloat encodes non-finite values as strings ("inf", "nan"), which JSON
@@ -101,6 +105,16 @@ func (f jsonFloat) MarshalJSON() ([]byte, error) {
 
 // compare fills the report; it runs on the MLX worker.
 func (r *compareReport) compare() error {
+	// Package loader checks each file first: its errors name the file and
+	// the rule a damaged or foreign file breaks, where MLX's reader only
+	// says it could not read some bytes.
+	for _, path := range []string{r.A, r.B} {
+		f, err := loader.Open(path)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
 	a, err := mlx.LoadSafetensors(r.A)
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.A, err)
@@ -159,11 +173,12 @@ func (r *compareReport) compare() error {
 func compareTensor(name string, a, b *mlx.Array, rtol, atol float64) (tensorCompare, error) {
 	tc := tensorCompare{Name: name, ShapeA: a.Shape(), ShapeB: b.Shape()}
 	if !slices.Equal(tc.ShapeA, tc.ShapeB) {
-		tc.MaxAbs, tc.MaxRel = jsonFloat(math.Inf(1)), jsonFloat(math.Inf(1))
+		tc.ShapesDiffer = true
 		return tc, nil
 	}
 	if a.Size() == 0 {
-		tc.Within = true
+		zero := jsonFloat(0)
+		tc.MaxAbs, tc.MaxRel, tc.Within = &zero, &zero, true
 		return tc, nil
 	}
 	fa, fb := mlx.AsType(a, mlx.Float32), mlx.AsType(b, mlx.Float32)
@@ -182,10 +197,12 @@ func compareTensor(name string, a, b *mlx.Array, rtol, atol float64) (tensorComp
 	if err != nil {
 		return tc, fmt.Errorf("comparing %s: %w", name, err)
 	}
-	tc.MaxAbs, tc.MaxRel, tc.Within = jsonFloat(v[0]), jsonFloat(v[1]), v[2] == 1
+	maxAbs, maxRel := jsonFloat(v[0]), jsonFloat(v[1])
+	tc.Within = v[2] == 1
 	if v[3] == 1 {
-		tc.MaxAbs, tc.MaxRel, tc.Within = jsonFloat(math.NaN()), jsonFloat(math.NaN()), false
+		maxAbs, maxRel, tc.Within = jsonFloat(math.NaN()), jsonFloat(math.NaN()), false
 	}
+	tc.MaxAbs, tc.MaxRel = &maxAbs, &maxRel
 	return tc, nil
 }
 
@@ -194,16 +211,21 @@ func (r *compareReport) print(e *env) {
 	fmt.Fprintln(w, "tensor\tshape\tmax abs\tmax rel\t")
 	failed := 0
 	for _, t := range r.Tensors {
-		shape := fmt.Sprint(t.ShapeA)
-		if !slices.Equal(t.ShapeA, t.ShapeB) {
+		shape, maxAbs, maxRel, verdict := fmt.Sprint(t.ShapeA), "-", "-", "ok"
+		if t.ShapesDiffer {
 			shape = fmt.Sprintf("%v vs %v", t.ShapeA, t.ShapeB)
+		} else {
+			maxAbs, maxRel = fmt.Sprintf("%.3g", float64(*t.MaxAbs)), fmt.Sprintf("%.3g", float64(*t.MaxRel))
 		}
-		verdict := "ok"
-		if !t.Within {
+		switch {
+		case t.ShapesDiffer:
+			verdict = "SHAPES DIFFER"
+			failed++
+		case !t.Within:
 			verdict = "PAST TOLERANCE"
 			failed++
 		}
-		fmt.Fprintf(w, "%s\t%s\t%.3g\t%.3g\t%s\n", t.Name, shape, float64(t.MaxAbs), float64(t.MaxRel), verdict)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.Name, shape, maxAbs, maxRel, verdict)
 	}
 	w.Flush()
 	for _, only := range []struct {
@@ -214,5 +236,5 @@ func (r *compareReport) print(e *env) {
 			fmt.Fprintf(e.stdout, "only in %s: %v\n", only.file, only.names)
 		}
 	}
-	fmt.Fprintf(e.stdout, "%d tensors compared, %d past tolerance (rtol %g, atol %g)\n", len(r.Tensors), failed, r.RTol, r.ATol)
+	fmt.Fprintf(e.stdout, "%d tensors compared, %d past tolerance or of different shapes (rtol %g, atol %g)\n", len(r.Tensors), failed, r.RTol, r.ATol)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,10 +51,15 @@ func TestCompare(t *testing.T) {
 	for _, want := range []string{
 		"close", "far", "PAST TOLERANCE", "[2] vs [3]",
 		"only in " + a + ": [only_a]", "only in " + b + ": [only_b]",
-		"4 tensors compared, 3 past tolerance (rtol 1e-05, atol 1e-06)",
+		"4 tensors compared, 3 past tolerance or of different shapes (rtol 1e-05, atol 1e-06)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "shape ") && (strings.Contains(line, "Inf") || !strings.HasSuffix(strings.TrimSpace(line), "SHAPES DIFFER")) {
+			t.Errorf("tensors of different shapes, not compared: %q", line)
 		}
 	}
 
@@ -63,10 +69,11 @@ func TestCompare(t *testing.T) {
 	}
 	var rep struct {
 		Tensors []struct {
-			Name   string
-			MaxAbs any `json:"max_abs"`
-			MaxRel any `json:"max_rel"`
-			Within bool
+			Name         string
+			MaxAbs       any  `json:"max_abs"`
+			MaxRel       any  `json:"max_rel"`
+			ShapesDiffer bool `json:"shapes_differ"`
+			Within       bool
 		}
 		OK bool
 	}
@@ -81,6 +88,9 @@ func TestCompare(t *testing.T) {
 		}
 		if tc.Name == "far" && tc.MaxAbs != 0.5 {
 			t.Errorf("far: max abs %v, want 0.5", tc.MaxAbs)
+		}
+		if (tc.Name == "shape") != tc.ShapesDiffer || (tc.Name == "shape" && (tc.MaxAbs != nil || tc.MaxRel != nil)) {
+			t.Errorf("%s: shapes_differ %v, max abs %v, max rel %v", tc.Name, tc.ShapesDiffer, tc.MaxAbs, tc.MaxRel)
 		}
 	}
 	if !got["close"] || got["far"] || !got["zero"] || got["shape"] || rep.OK {
@@ -104,5 +114,23 @@ func TestCompareUsage(t *testing.T) {
 	code, _, stderr := runCmd("compare", "/nonexistent/a.safetensors", "/nonexistent/b.safetensors")
 	if code != exitFailure || !strings.Contains(stderr, "specula compare:") {
 		t.Errorf("missing files: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// A file that is not safetensors is refused with package loader's words
+// (the file and the rule it breaks), not MLX's reader's.
+func TestCompareNotSafetensors(t *testing.T) {
+	dir := t.TempDir()
+	good, text := filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "notes.safetensors")
+	writeTensors(t, good, map[string][]float32{"w": {1}})
+	if err := os.WriteFile(text, []byte("hello, world\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"compare", text, good}, {"compare", good, text}} {
+		code, out, stderr := runCmd(args...)
+		if code != exitFailure || out != "" || strings.Count(stderr, "\n") != 1 ||
+			!strings.Contains(stderr, text) || !strings.Contains(stderr, "safetensors rule") || strings.Contains(stderr, "mlx") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, stderr)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -35,15 +34,22 @@ func runInspect(e *env, args []string) int {
 	}
 	r, err := inspect(pos[0])
 	if err != nil {
+		if *asJSON {
+			// As check does: a script reads the verdict from stdout.
+			failed := struct {
+				Path  string `json:"path"`
+				OK    bool   `json:"ok"`
+				Error string `json:"error"`
+			}{pos[0], false, err.Error()}
+			if code := writeReportJSON(e, "inspect", failed); code != exitOK {
+				return code
+			}
+		}
 		return fail(e, "inspect", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return fail(e, "inspect", err)
-		}
-		return exitOK
+		r.OK = true
+		return writeReportJSON(e, "inspect", r)
 	}
 	r.writeText(e.stdout)
 	return exitOK
@@ -51,7 +57,10 @@ func runInspect(e *env, args []string) int {
 
 // inspectReport is what inspect shows; its JSON form is the --json output.
 type inspectReport struct {
-	Path   string         `json:"path"`
+	Path string `json:"path"`
+	// OK is true: a path that cannot be inspected gives {"path", "ok":
+	// false, "error"} instead.
+	OK     bool           `json:"ok"`
 	Kind   string         `json:"kind"`            // "file" or "checkpoint"
 	Index  string         `json:"index,omitempty"` // the index file, for a sharded checkpoint
 	Config *inspectConfig `json:"config,omitempty"`

@@ -85,7 +85,7 @@ func TestInspectJSONOnFixtureFile(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out)
 	}
-	if r.Kind != "file" || len(r.Tensors) != len(want) || len(r.Shards) != 1 || r.Shards[0].Metadata["format"] != "pt" {
+	if !r.OK || r.Kind != "file" || len(r.Tensors) != len(want) || len(r.Shards) != 1 || r.Shards[0].Metadata["format"] != "pt" {
 		t.Fatalf("report %+v", r)
 	}
 	var sum int64
@@ -149,8 +149,22 @@ func TestInspectMalformedFileFails(t *testing.T) {
 	}
 	for _, args := range [][]string{{"inspect", p}, {"inspect", "--json", p}} {
 		code, out, errOut := runCmd(args...)
-		if code != exitFailure || out != "" {
-			t.Errorf("%v: exit %d, stdout %q", args, code, out)
+		if code != exitFailure {
+			t.Errorf("%v: exit %d", args, code)
+		}
+		// Text: nothing on stdout. JSON: the verdict, as check gives it.
+		if args[1] != "--json" && out != "" {
+			t.Errorf("%v: stdout %q", args, out)
+		}
+		if args[1] == "--json" {
+			var v struct {
+				Path  string `json:"path"`
+				OK    *bool  `json:"ok"`
+				Error string `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(out), &v); err != nil || v.OK == nil || *v.OK || v.Path != p || !strings.Contains(v.Error, "rule 12") {
+				t.Errorf("%v: stdout %q (%v); want {\"path\", \"ok\": false, \"error\"}", args, out, err)
+			}
 		}
 		line := strings.TrimSuffix(errOut, "\n")
 		if strings.Contains(line, "\n") || !strings.HasPrefix(line, "specula inspect: "+p+": ") ||
