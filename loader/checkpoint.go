@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/specula-dev/specula/internal/jsonerr"
 )
 
 // SingleFileName is the weights file of an unsharded checkpoint.
@@ -288,7 +290,7 @@ func (c *Checkpoint) readAux() error {
 			ModelType     string   `json:"model_type"`
 		}
 		if err := json.Unmarshal(raw, &v); err != nil {
-			return &Error{File: cfgPath, Kind: ErrInvalidConfig, Detail: "malformed config (fix it or download it again)", Err: err}
+			return &Error{File: cfgPath, Kind: ErrInvalidConfig, Detail: "malformed config (fix it or download it again)", Err: jsonerr.Explain(raw, err)}
 		}
 		c.Config = &Config{Path: cfgPath, Raw: raw, ModelType: v.ModelType}
 		if len(v.Architectures) > 0 {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/specula-dev/specula/internal/jsonerr"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -61,7 +62,7 @@ func ParseQuantization(file string, config []byte) (*Quantization, error) {
 		} `json:"text_config"`
 	}
 	if err := json.Unmarshal(config, &top); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", file, jsonerr.Explain(config, err))
 	}
 	section, key := top.Quantization, "quantization"
 	if isAbsent(section) {

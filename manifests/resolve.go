@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/specula-dev/specula/internal/jsonerr"
 	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
@@ -338,11 +339,11 @@ func (r *resolver) readConfig(p *part) (missing string, err error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return "", &Error{File: r.m.Path, Line: r.m.line(p.table + ".path"), Kind: ErrConfig,
-			Msg: fmt.Sprintf("[%s] %s is not a JSON object: %v; download the checkpoint again", p.table, shown, err), Err: err}
+			Msg: fmt.Sprintf("[%s] %s is not a JSON object: %v; fix it or download the checkpoint again", p.table, shown, jsonerr.Explain(raw, err)), Err: err}
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return "", &Error{File: r.m.Path, Line: r.m.line(p.table + ".path"), Kind: ErrConfig,
-			Msg: fmt.Sprintf("[%s] %s: architectures must be a list of class names and model_type a string: %v", p.table, shown, err), Err: err}
+			Msg: fmt.Sprintf("[%s] %s: architectures must be a list of class names and model_type a string: %v", p.table, shown, jsonerr.Explain(raw, err)), Err: err}
 	}
 	p.cfg = raw
 	p.comp.ModelType = head.ModelType
@@ -514,6 +515,9 @@ func (r *resolver) build(p *part, dt mlx.DType) error {
 		if errors.As(err, &ie) {
 			detail = ie.Err.Error()
 		}
+		// Constructors name the file as "config.json"; the message names it
+		// with its path already.
+		detail = strings.TrimPrefix(detail, "config.json: ")
 		return &Error{File: r.m.Path, Line: r.m.line(r.keyOr(p.table, "architecture", "path")), Kind: ErrInit,
 			Msg: fmt.Sprintf("[%s] architecture %s failed to initialise from %s: %s",
 				p.table, p.entry.Name, filepath.Join(p.ck.Path, "config.json"), detail), Err: err}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/specula-dev/specula/internal/jsonerr"
 )
 
 // File names in a Hugging Face checkpoint folder.
@@ -126,7 +128,7 @@ func parseGenerationEOS(data []byte, path string) ([]int32, error) {
 		EOS json.RawMessage `json:"eos_token_id"`
 	}
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return nil, &FormatError{File: path, Msg: "not valid JSON", Err: jsonContext(data, err)}
+		return nil, &FormatError{File: path, Msg: "not valid JSON", Err: jsonerr.Explain(data, err)}
 	}
 	if isNull(cfg.EOS) {
 		return nil, nil
@@ -162,7 +164,7 @@ func parseTokenizerConfig(data []byte, path string) (eos, template string, err e
 		ChatTemplate json.RawMessage `json:"chat_template"`
 	}
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return "", "", &FormatError{File: path, Msg: "not valid JSON", Err: jsonContext(data, err)}
+		return "", "", &FormatError{File: path, Msg: "not valid JSON", Err: jsonerr.Explain(data, err)}
 	}
 	if !isNull(cfg.EOS) {
 		var obj struct {

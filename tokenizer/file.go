@@ -3,13 +3,14 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/specula-dev/specula/internal/jsonerr"
 )
 
 // maxTokenID bounds token ids so that a corrupt file cannot make the loader
@@ -64,7 +65,7 @@ type mergesJSON struct {
 // space-separated parts, so that parseModel can name a bad merge's index.
 func (m *mergesJSON) UnmarshalJSON(data []byte) error {
 	// Errors are returned without %w: their offsets count from the start of
-	// merges, not of the file, so jsonContext must not turn them into lines.
+	// merges, not of the file, so jsonerr.Explain must not turn them into lines.
 	rest := bytes.TrimSpace(data)
 	if len(rest) > 0 && rest[0] == '[' {
 		rest = bytes.TrimSpace(rest[1:])
@@ -121,7 +122,7 @@ func Load(path string) (*Tokenizer, error) {
 func Parse(data []byte, name string) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, &FormatError{File: name, Msg: "not a valid tokenizer.json", Err: jsonContext(data, err)}
+		return nil, &FormatError{File: name, Msg: "not a valid tokenizer.json", Err: jsonerr.Explain(data, err)}
 	}
 	if f.Version != "" && f.Version != "1.0" {
 		return nil, unsupported(name, "version", "format version %q; only \"1.0\" is known", f.Version)
@@ -147,27 +148,6 @@ func Parse(data []byte, name string) (*Tokenizer, error) {
 	}
 	t.finish()
 	return t, nil
-}
-
-// jsonContext adds the line and column of a JSON syntax error.
-func jsonContext(data []byte, err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	var off int64
-	switch {
-	case errors.As(err, &syn):
-		off = syn.Offset
-	case errors.As(err, &typ):
-		off = typ.Offset
-	default:
-		return err
-	}
-	if off > int64(len(data)) {
-		off = int64(len(data))
-	}
-	line := 1 + bytes.Count(data[:off], []byte("\n"))
-	col := int(off) - bytes.LastIndexByte(data[:off], '\n')
-	return fmt.Errorf("line %d, column %d: %w", line, col, err)
 }
 
 // isNull reports whether a raw JSON value is absent or null.

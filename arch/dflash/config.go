@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/specula-dev/specula/internal/jsonerr"
 )
 
 // LayerType is the attention of one draft layer, spelled as in config.json's
@@ -157,7 +159,7 @@ const (
 func ParseConfig(data []byte) (*Config, error) {
 	var top rawConfig
 	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
+		return nil, fmt.Errorf("config.json: %w", jsonerr.Explain(data, err))
 	}
 	dc := top.DFlash
 	if dc == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/specula-dev/specula/arch/dflash"
+	"github.com/specula-dev/specula/internal/jsonerr"
 )
 
 // Config is a DFlash2 draft's configuration: DFlash's (spec/dflash.md
@@ -53,7 +54,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	var raw rawConfig
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
+		return nil, fmt.Errorf("config.json: %w", jsonerr.Explain(data, err))
 	}
 	bad := func(field, format string, args ...any) {
 		problems = append(problems, fmt.Sprintf("%q %s", field, fmt.Sprintf(format, args...)))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/specula-dev/specula/internal/jsonerr"
 )
 
 // LayerType is the mixer of one decoder layer, spelled as in config.json's
@@ -128,13 +130,14 @@ var errMoE = errors.New("Qwen3.5 MoE is not implemented yet")
 func ParseConfig(data []byte) (*Config, error) {
 	var top rawConfig
 	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
+		return nil, fmt.Errorf("config.json: %w", jsonerr.Explain(data, err))
 	}
 	text, where := top, ""
 	if len(top.TextConfig) > 0 && string(top.TextConfig) != "null" {
 		text = rawConfig{}
 		if err := json.Unmarshal(top.TextConfig, &text); err != nil {
-			return nil, fmt.Errorf("config.json: text_config: %w", err)
+			// No data: positions would count from text_config's start.
+			return nil, fmt.Errorf("config.json: text_config: %w", jsonerr.Explain(nil, err))
 		}
 		where = "text_config."
 	}
