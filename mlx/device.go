@@ -28,8 +28,16 @@ func Version() string { return C.GoString(C.spx_version()) }
 
 // BLAS names the library serving MLX's CPU matmuls: OpenBLAS when `make deps`
 // unpacked it (or SPECULA_BLAS points at one), else the reference BLAS the
-// mlx-cpu wheel bundles. Set SPECULA_BLAS=reference to force the latter.
+// mlx-cpu wheel bundles. Set SPECULA_BLAS=reference to force the latter. For
+// OpenBLAS it also says how products are threaded: one thread below 2^28
+// multiply-adds and every core above (a shared machine makes OpenBLAS's
+// per-call thread join cost milliseconds), unless OPENBLAS_NUM_THREADS (or
+// GOTO_NUM_THREADS, OMP_NUM_THREADS) fixes the count.
 func BLAS() string { return C.GoString(C.spx_blas_name()) }
+
+// lastBLASThreads is the thread count OpenBLAS had for the most recent CPU
+// product (0 before the first one, or with another BLAS).
+func lastBLASThreads() int { return int(C.spx_blas_last_threads()) }
 
 // GPUAvailable reports whether this MLX build has a usable GPU backend.
 func GPUAvailable() bool {

@@ -131,8 +131,11 @@ void spx_set_worker_thread(bool on);
 bool spx_on_worker(void);
 const char* spx_last_error(void);
 const char* spx_version(void);
-/* Names the BLAS serving MLX's CPU matmuls (see blas.cpp). */
+/* Names the BLAS serving MLX's CPU matmuls and its threading (see blas.cpp). */
 const char* spx_blas_name(void);
+/* The thread count OpenBLAS had for the most recent CPU product (0 before
+ * the first, or when the BLAS is not OpenBLAS). */
+int spx_blas_last_threads(void);
 int spx_gpu_available(bool* out);
 int spx_default_stream(spx_stream* out, int device_type);
 int spx_new_stream(spx_stream* out, int device_type);

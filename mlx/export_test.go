@@ -1,0 +1,4 @@
+package mlx
+
+// LastBLASThreads exposes lastBLASThreads to the package's external tests.
+var LastBLASThreads = lastBLASThreads
