@@ -2,8 +2,9 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 42ddaaf214f3292bb486d5d6c0056dd0
+// shim digest: 779c2d5477eba33cde03ad28d4c1882d
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
 #include "shim/system.cpp"
+#include "shim/gdn.cpp"

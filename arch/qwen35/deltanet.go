@@ -45,8 +45,11 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	bounds := append(slices.Clone(splits), L)
 	var out *mlx.Array
 	var deltas []*mlx.Array
-	if useScanKernel(dk) {
+	switch {
+	case useScanKernel(dk):
 		out, deltas = gatedDeltaScanKernel(q, k, v, alpha, beta, c.DeltaState(), bounds)
+	case useCPUScan(q, k, v, alpha, beta, c.DeltaState()):
+		out, deltas = mlx.GatedDeltaScan(q, k, v, alpha, beta, c.DeltaState(), bounds)
 	}
 	if out == nil {
 		// Value head h reads key head h div (Hv/Hk).

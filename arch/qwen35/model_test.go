@@ -235,3 +235,60 @@ func mustPanic(t testing.TB, want string, fn func()) {
 	}()
 	fn()
 }
+
+// TestCPUScanEqualsGraphScan: on the CPU the delta-net runs its recurrence
+// as one node (mlx.GatedDeltaScan); with SPECULA_GDN_KERNEL=0 it runs the
+// graph scan, the exact baseline. A prompt forward, then a verification-
+// style forward of 6 tokens with a rollback point at every position and a
+// commit that keeps 3 of them (the delta-net restores a per-token state),
+// then one more step: logits and every cache state agree within the
+// tolerances of the other path comparisons.
+func TestCPUScanEqualsGraphScan(t *testing.T) {
+	f := loadTiny(t)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			t.Skip("the one-node scan serves the CPU stream")
+		}
+		m := f.model(t, nil)
+		p := f.ref.PromptIDs
+		const prefix, k, keep = 9, 6, 3
+		// run returns the logits, the caches and the number of scan nodes
+		// in the verification forward's graph.
+		run := func() (*mlx.Array, []cache.Cache, int) {
+			caches := m.NewCaches()
+			a, _ := step(m, caches, p[:prefix])
+			state := []*mlx.Array{a}
+			for _, c := range caches {
+				state = append(state, c.State()...)
+			}
+			t.Eval(state...)
+			cache.Schedule(caches, prefix, k)
+			b, _ := step(m, caches, p[prefix:prefix+k])
+			ops, err := mlx.GraphOps(b)
+			t.NoErr(err)
+			cache.Commit(caches, keep, k, prefix)
+			c, _ := step(m, caches, p[prefix+keep:prefix+keep+1])
+			logits := mlx.Concatenate(1, a, b, c)
+			t.Eval(logits)
+			mlx.Pin(logits)
+			return logits, caches, ops["GatedDeltaScan"]
+		}
+		kernel, kernelCaches, kernelNodes := run()
+		t.Setenv("SPECULA_GDN_KERNEL", "0")
+		graph, graphCaches, graphNodes := run()
+		defer func() {
+			mlx.Unpin(kernel, graph)
+			freeCaches(kernelCaches)
+			freeCaches(graphCaches)
+		}()
+		if kernelNodes != 3 || graphNodes != 0 {
+			t.Fatalf("scan nodes in the verification graph: %d by default and %d with SPECULA_GDN_KERNEL=0, want 3 (one per delta-net layer) and 0", kernelNodes, graphNodes)
+		}
+		if d := maxAbs(t, kernel, graph); d > pathLogitTol {
+			t.Errorf("logits differ by %.3g > %g", d, pathLogitTol)
+		} else {
+			t.Logf("max abs logit difference %.3g", d)
+		}
+		compareStates(t, "one-node scan vs graph scan", kernelCaches, graphCaches)
+	})
+}

@@ -9,7 +9,8 @@ import (
 )
 
 // gatedDeltaKernel runs the whole gated-delta scan of one layer as one CUDA
-// launch (spec/mlx.md 8.3: MLX has no kernel for it outside Metal). The
+// launch (spec/mlx.md 8.3: MLX has no kernel for it outside Metal); on the
+// CPU the same job is one primitive of the shim (mlx.GatedDeltaScan). The
 // graph scan issues about seven kernels per token per layer, which bounds a
 // verification forward by launch overhead on the GPU.
 //
@@ -79,6 +80,22 @@ var gatedDeltaKernel = &mlx.CUDAKernel{
 // off (to measure or to compare against the graph scan).
 func useScanKernel(dk int) bool {
 	return mlx.CurrentDevice() == mlx.GPU && dk%32 == 0 && !kernelBroken.Load() && os.Getenv("SPECULA_GDN_KERNEL") != "0"
+}
+
+// useCPUScan reports whether the CPU's one-node scan (mlx.GatedDeltaScan)
+// can run: on the CPU, with every input float32 (the delta-net computes
+// them so; the graph scan serves anything else). SPECULA_GDN_KERNEL=0 turns
+// it off as it does the CUDA kernel.
+func useCPUScan(inputs ...*mlx.Array) bool {
+	if mlx.CurrentDevice() != mlx.CPU || os.Getenv("SPECULA_GDN_KERNEL") == "0" {
+		return false
+	}
+	for _, a := range inputs {
+		if a.DType() != mlx.Float32 {
+			return false
+		}
+	}
+	return true
 }
 
 // kernelBroken is set when a launch fails; the graph scan is used from then

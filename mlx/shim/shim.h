@@ -339,6 +339,15 @@ int spx_graph_ops(char** out, const spx_array* outputs, size_t n);
 
 /* ---- custom GPU kernels ------------------------------------------------ */
 
+/* Runs the gated delta rule (spec/qwen35.md section 7) as one primitive on
+ * the CPU stream s (gdn.cpp): q, k [1, L, Hk, Dk], v [1, L, Hv, Dv], alpha,
+ * beta [1, L, Hv] and state [1, Hv, Dv, Dk], all float32, Hv a multiple of
+ * Hk (value head h reads key head h / (Hv/Hk)). outs[0] receives the outputs
+ * [1, L, Hv, Dv], outs[1 + i] the state after bounds[i] tokens (ascending,
+ * within 1 … L), so outs holds nbounds + 1 handles. */
+int spx_gated_delta_scan(spx_array* outs, spx_array q, spx_array k, spx_array v,
+                         spx_array alpha, spx_array beta, spx_array state,
+                         const int* bounds, size_t nbounds, spx_stream s);
 /* Runs a CUDA kernel compiled at run time by MLX (fast::cuda_kernel). The
  * source is the kernel body; MLX writes the signature from the input and
  * output names (inputs are `const T* name`, outputs `T* name`; `<in>_shape`
