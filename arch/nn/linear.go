@@ -69,7 +69,11 @@ func (l *Linear) Forward(x *mlx.Array) *mlx.Array {
 // layers; the layer's own Bias is not applied.
 func (l *Linear) Gather(x, indices *mlx.Array, sorted bool) *mlx.Array {
 	if len(l.parts) > 0 {
-		panic("nn: Gather on a layer stacked from differently quantized parts")
+		outs := make([]*mlx.Array, len(l.parts))
+		for i, p := range l.parts {
+			outs[i] = p.Gather(x, indices, sorted)
+		}
+		return mlx.Concatenate(-1, outs...)
 	}
 	if l.Quant.IsZero() {
 		return mlx.GatherMM(x, mlx.SwapAxes(l.Weight, -1, -2), nil, indices, sorted)
@@ -125,8 +129,9 @@ func (l *Linear) AsType(dtype mlx.DType) *Linear {
 // same parameters, share one stacked weight (rows of packed weights, scales
 // and biases stack like dense rows, since groups never cross rows); layers
 // quantized differently (a mixed-precision checkpoint) stay separate
-// products behind the same Forward. Biases must be all present or all
-// absent.
+// products behind the same Forward and Gather. Stacked expert layers
+// [E, out, in] stack their rows per expert. Biases must be all present or
+// all absent.
 func ConcatLinear(ls ...*Linear) *Linear {
 	if len(ls) == 1 {
 		return ls[0]
@@ -141,7 +146,9 @@ func ConcatLinear(ls ...*Linear) *Linear {
 	if !same {
 		return &Linear{parts: slices.Clone(ls)}
 	}
-	rows := func(get func(*Linear) *mlx.Array) *mlx.Array {
+	// Output rows are the second-to-last axis of weights, scales and
+	// biases (whatever stacks before them), the last of the bias.
+	rows := func(axis int, get func(*Linear) *mlx.Array) *mlx.Array {
 		if get(ls[0]) == nil {
 			return nil
 		}
@@ -149,13 +156,13 @@ func ConcatLinear(ls ...*Linear) *Linear {
 		for i, l := range ls {
 			as[i] = get(l)
 		}
-		return mlx.Concatenate(0, as...)
+		return mlx.Concatenate(axis, as...)
 	}
 	return &Linear{
-		Weight: rows(func(l *Linear) *mlx.Array { return l.Weight }),
-		Scales: rows(func(l *Linear) *mlx.Array { return l.Scales }),
-		Biases: rows(func(l *Linear) *mlx.Array { return l.Biases }),
-		Bias:   rows(func(l *Linear) *mlx.Array { return l.Bias }),
+		Weight: rows(-2, func(l *Linear) *mlx.Array { return l.Weight }),
+		Scales: rows(-2, func(l *Linear) *mlx.Array { return l.Scales }),
+		Biases: rows(-2, func(l *Linear) *mlx.Array { return l.Biases }),
+		Bias:   rows(-1, func(l *Linear) *mlx.Array { return l.Bias }),
 		Quant:  q,
 	}
 }

@@ -125,6 +125,43 @@ func TestGatherExperts(t *testing.T) {
 	})
 }
 
+// Stacked expert layers [E, out, in] concatenate their rows per expert:
+// gathering through the stack gives each part's gathered rows side by
+// side, dense, quantized alike, and quantized differently (kept as parts).
+func TestConcatStackedExperts(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		experts := func(seed uint64, out int) *mlx.Array { return mlx.Reshape(randMatrix(seed, 3*out, 64), 3, out, 64) }
+		q4 := mlx.Quant{Mode: mlx.Affine, Bits: 4, GroupSize: 32}
+		q8 := mlx.Quant{Mode: mlx.Affine, Bits: 8, GroupSize: 64}
+		gate4, _ := quantized(experts(20, 8), q4)
+		up4, _ := quantized(experts(21, 8), q4)
+		up8, _ := quantized(experts(22, 8), q8)
+		x := mlx.Reshape(randMatrix(23, 4, 64), 4, 1, 64)
+		idx := mlx.FromInt32s([]int32{2, 0, 1, 2}, 4)
+		for _, c := range []struct {
+			name  string
+			parts []*nn.Linear
+			fused bool
+		}{
+			{"dense", []*nn.Linear{nn.Dense(experts(24, 8), nil), nn.Dense(experts(25, 6), nil)}, true},
+			{"same quantization", []*nn.Linear{gate4, up4}, true},
+			{"mixed bits", []*nn.Linear{gate4, up8}, false},
+		} {
+			l := nn.ConcatLinear(c.parts...)
+			if fused := l.Weight != nil; fused != c.fused {
+				t.Fatalf("%s: one stacked weight = %v, want %v", c.name, fused, c.fused)
+			}
+			var want []*mlx.Array
+			for _, p := range c.parts {
+				want = append(want, p.Gather(x, idx, false))
+			}
+			if d := maxAbsDiff(t, l.Gather(x, idx, false), mlx.Concatenate(-1, want...)); d > 1e-5 {
+				t.Fatalf("%s: stacked Gather differs from the parts by %g", c.name, d)
+			}
+		}
+	})
+}
+
 func TestLoadLinear(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		a4 := mlx.Quant{Mode: mlx.Affine, Bits: 4, GroupSize: 64}

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 
 	"github.com/specula-dev/specula/arch/qwen35"
-	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/arch/qwen35/qwen35test"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -101,179 +100,25 @@ func benchModel(b *testing.B) *qwen35.Model {
 	return m
 }
 
-// benchIDs returns n token ids below v.
-func benchIDs(n, v int) []int32 {
-	ids := make([]int32, n)
-	for i := range ids {
-		ids[i] = int32((i*7919 + 13) % v)
-	}
-	return ids
-}
-
-// BenchmarkPrefill128 measures a 128-token prefill from empty caches: one
-// forward, the last row's logits and the new cache state evaluated.
+// BenchmarkPrefill128 measures a 128-token prefill from empty caches.
 func BenchmarkPrefill128(b *testing.B) {
-	const n = 128
 	m := benchModel(b)
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
-	ids := benchIDs(n, m.Info().VocabSize)
-	b.ResetTimer()
-	var elapsed time.Duration
-	err := mlx.Do(context.Background(), func() error {
-		for range b.N {
-			caches := m.NewCaches()
-			start := time.Now()
-			h, _ := m.Forward(batch(ids, 0), caches)
-			logits := m.Unembed(mlx.SliceAxis(h, 1, n-1, n))
-			if err := mlx.Eval(append(cacheState(caches), logits)...); err != nil {
-				return err
-			}
-			elapsed += time.Since(start)
-			freeCaches(caches)
-			mlx.Sweep()
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "tok/s")
+	qwen35test.BenchPrefill(b, m, 128)
 }
 
 // BenchmarkDecode measures single-token greedy decoding after a 128-token
-// prefill: one forward, the argmax and the cache state evaluated per token.
+// prefill.
 func BenchmarkDecode(b *testing.B) {
-	const prompt = 128
 	m := benchModel(b)
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
-	ids := benchIDs(prompt, m.Info().VocabSize)
-	var elapsed time.Duration
-	err := mlx.Do(context.Background(), func() error {
-		caches := m.NewCaches()
-		defer freeCaches(caches)
-		h, _ := m.Forward(batch(ids, 0), caches)
-		tok := mlx.Argmax(m.Unembed(mlx.SliceAxis(h, 1, prompt-1, prompt)), -1, false)
-		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
-			return err
-		}
-		next, err := tok.Int32s()
-		if err != nil {
-			return err
-		}
-		mlx.Sweep()
-		// What one step asks MLX to run: pending graph nodes by primitive.
-		h, _ = m.Forward(batch(next, caches[0].Offset()), caches)
-		ops, err := mlx.GraphOps(append(cacheState(caches), mlx.Argmax(m.Unembed(h), -1, false))...)
-		if err != nil {
-			return err
-		}
-		total := 0
-		for _, n := range ops {
-			total += n
-		}
-		b.Logf("graph nodes of one decode step: %d %v", total, ops)
-		b.ReportMetric(float64(total), "nodes/token")
-		// Level the caches again: the probe step is not timed.
-		tok = mlx.Argmax(m.Unembed(h), -1, false)
-		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
-			return err
-		}
-		if next, err = tok.Int32s(); err != nil {
-			return err
-		}
-		mlx.Sweep()
-		b.ResetTimer()
-		start := time.Now()
-		for range b.N {
-			h, _ := m.Forward(batch(next, caches[0].Offset()), caches)
-			tok := mlx.Argmax(m.Unembed(h), -1, false)
-			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
-				return err
-			}
-			if next, err = tok.Int32s(); err != nil {
-				return err
-			}
-			mlx.Sweep()
-		}
-		elapsed = time.Since(start)
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tok/s")
-}
-
-func cacheState(caches []cache.Cache) []*mlx.Array {
-	var out []*mlx.Array
-	for _, c := range caches {
-		out = append(out, c.State()...)
-	}
-	return out
+	qwen35test.BenchDecode(b, m, 128)
 }
 
 // BenchmarkVerify8 measures the target's side of a speculative round at
-// depth 7 after a 128-token prefill: rollback points scheduled for the 7
-// drafts, one forward over 8 tokens, the argmax of every row and the cache
-// state evaluated, then all drafts kept (as when all are accepted). Compare
-// its time with BenchmarkDecode's: the ideal speedup at depth 7 is
-// 8 × decode time / verify time.
+// depth 7 after a 128-token prefill.
 func BenchmarkVerify8(b *testing.B) {
-	const prompt, n = 128, 8
 	m := benchModel(b)
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
-	ids := benchIDs(prompt+n*(b.N+1), m.Info().VocabSize)
-	var elapsed time.Duration
-	err := mlx.Do(context.Background(), func() error {
-		caches := m.NewCaches()
-		defer freeCaches(caches)
-		h, _ := m.Forward(batch(ids[:prompt], 0), caches)
-		if err := mlx.Eval(append(cacheState(caches), h)...); err != nil {
-			return err
-		}
-		mlx.Sweep()
-		round := func(i int, probe bool) error {
-			at := caches[0].Offset()
-			cache.Schedule(caches, at+1, n-1)
-			h, _ := m.Forward(batch(ids[prompt+i*n:prompt+(i+1)*n], at), caches)
-			tok := mlx.Argmax(m.Unembed(h), -1, false)
-			if probe {
-				ops, err := mlx.GraphOps(append(cacheState(caches), tok)...)
-				if err != nil {
-					return err
-				}
-				total := 0
-				for _, k := range ops {
-					total += k
-				}
-				b.Logf("graph nodes of one 8-token verification: %d %v", total, ops)
-				b.ReportMetric(float64(total), "nodes/round")
-			}
-			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
-				return err
-			}
-			if _, err := tok.Int32s(); err != nil {
-				return err
-			}
-			cache.Commit(caches, n-1, n-1, at+1)
-			mlx.Sweep()
-			return nil
-		}
-		if err := round(0, true); err != nil { // warm-up and graph probe
-			return err
-		}
-		b.ResetTimer()
-		start := time.Now()
-		for i := range b.N {
-			if err := round(i+1, false); err != nil {
-				return err
-			}
-		}
-		elapsed = time.Since(start)
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(elapsed.Microseconds())/1000/float64(b.N), "ms/round")
+	qwen35test.BenchVerify(b, m, 128, 8)
 }

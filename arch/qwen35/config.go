@@ -30,7 +30,7 @@ type Config struct {
 
 	HiddenSize       int     // H
 	NumLayers        int     // num_hidden_layers
-	IntermediateSize int     // I, the dense MLP width
+	IntermediateSize int     // I, the dense MLP width (0 when the architecture brings its own MLP)
 	NumHeads         int     // Hq
 	NumKVHeads       int     // Hkv
 	HeadDim          int     // D
@@ -73,9 +73,8 @@ func (c *Config) FullAttentionLayer(i int) bool { return c.LayerTypes[i] == Full
 // rawConfig mirrors the keys of config.json that matter; pointers tell a
 // missing key from a zero.
 type rawConfig struct {
-	Architectures []string        `json:"architectures"`
-	ModelType     *string         `json:"model_type"`
-	TextConfig    json.RawMessage `json:"text_config"`
+	Architectures []string `json:"architectures"`
+	ModelType     *string  `json:"model_type"`
 
 	HiddenSize            *int            `json:"hidden_size"`
 	NumHiddenLayers       *int            `json:"num_hidden_layers"`
@@ -122,24 +121,56 @@ const (
 	defaultPartialRotaryFactor   = 0.25
 )
 
-// errMoE is the answer for the MoE variants until they are implemented.
-var errMoE = errors.New("Qwen3.5 MoE is not implemented yet")
+// ErrMoE is the error ParseConfig wraps for a mixture-of-experts config: a
+// Qwen3.5 MoE checkpoint runs under its own architecture names
+// (arch/qwen35moe), not the dense ones.
+var ErrMoE = errors.New("this is a Qwen3.5 MoE checkpoint: its architecture is Qwen3_5MoeForCausalLM or Qwen3_5MoeForConditionalGeneration, not a dense Qwen3.5 name (fix architectures[0] in config.json, or the manifest's [target] architecture)")
 
-// ParseConfig reads config.json. Errors name the offending field and say
-// what a valid value would be.
-func ParseConfig(data []byte) (*Config, error) {
+// ParseConfig reads a dense Qwen3.5 config.json. Errors name the offending
+// field and say what a valid value would be.
+func ParseConfig(data []byte) (*Config, error) { return parseConfig(data, true) }
+
+// ParseHybridConfig reads the hybrid decoder's part of config.json for an
+// architecture that brings its own MLP (arch/qwen35moe): everything
+// ParseConfig reads but intermediate_size, which is neither required nor
+// read (IntermediateSize is 0), and a config with experts is not refused.
+// The caller reads its own fields from the object TextConfig returns.
+func ParseHybridConfig(data []byte) (*Config, error) { return parseConfig(data, false) }
+
+// TextConfig returns the object of config.json that holds the text
+// decoder's fields — text_config when present, else the top level — and the
+// prefix that names those fields in errors ("text_config." or "").
+func TextConfig(data []byte) (text json.RawMessage, where string, err error) {
+	var top struct {
+		TextConfig json.RawMessage `json:"text_config"`
+	}
+	if err := json.Unmarshal(data, &top); err != nil {
+		return nil, "", fmt.Errorf("config.json: %w", jsonerr.Explain(data, err))
+	}
+	if len(top.TextConfig) > 0 && string(top.TextConfig) != "null" {
+		return top.TextConfig, "text_config.", nil
+	}
+	return data, "", nil
+}
+
+// parseConfig reads config.json; dense says the layers' MLP is this
+// package's SwiGLU (intermediate_size required, experts refused).
+func parseConfig(data []byte, dense bool) (*Config, error) {
 	var top rawConfig
 	if err := json.Unmarshal(data, &top); err != nil {
 		return nil, fmt.Errorf("config.json: %w", jsonerr.Explain(data, err))
 	}
-	text, where := top, ""
-	if len(top.TextConfig) > 0 && string(top.TextConfig) != "null" {
+	raw, where, err := TextConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	text := top
+	if where != "" {
 		text = rawConfig{}
-		if err := json.Unmarshal(top.TextConfig, &text); err != nil {
+		if err := json.Unmarshal(raw, &text); err != nil {
 			// No data: positions would count from text_config's start.
 			return nil, fmt.Errorf("config.json: text_config: %w", jsonerr.Explain(nil, err))
 		}
-		where = "text_config."
 	}
 	cfg := &Config{}
 	if len(top.Architectures) > 0 {
@@ -151,8 +182,8 @@ func ParseConfig(data []byte) (*Config, error) {
 	case text.ModelType != nil:
 		cfg.ModelType = *text.ModelType
 	}
-	if strings.Contains(cfg.ModelType, "moe") || (text.NumExperts != nil && *text.NumExperts > 0) {
-		return nil, fmt.Errorf("config.json: model_type %q / num_experts: %w", cfg.ModelType, errMoE)
+	if dense && (strings.Contains(cfg.ModelType, "moe") || (text.NumExperts != nil && *text.NumExperts > 0)) {
+		return nil, fmt.Errorf("config.json: model_type %q / num_experts: %w", cfg.ModelType, ErrMoE)
 	}
 
 	var errs []string
@@ -181,7 +212,9 @@ func ParseConfig(data []byte) (*Config, error) {
 
 	cfg.HiddenSize = required("hidden_size", text.HiddenSize)
 	cfg.NumLayers = required("num_hidden_layers", text.NumHiddenLayers)
-	cfg.IntermediateSize = required("intermediate_size", text.IntermediateSize)
+	if dense {
+		cfg.IntermediateSize = required("intermediate_size", text.IntermediateSize)
+	}
 	cfg.NumHeads = required("num_attention_heads", text.NumAttentionHeads)
 	cfg.NumKVHeads = optional("num_key_value_heads", text.NumKeyValueHeads, cfg.NumHeads)
 	cfg.VocabSize = required("vocab_size", text.VocabSize)

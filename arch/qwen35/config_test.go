@@ -11,7 +11,7 @@ import (
 
 func TestParseConfigFixture(t *testing.T) {
 	f := loadTiny(t)
-	c, err := qwen35.ParseConfig(f.config)
+	c, err := qwen35.ParseConfig(f.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +127,8 @@ func TestParseConfigRejects(t *testing.T) {
 		}, `giving 19 rotated dims`},
 		{"eps", func(m map[string]any) { m["rms_norm_eps"] = -1 }, `"rms_norm_eps" is -1`},
 		{"conv kernel", func(m map[string]any) { m["linear_conv_kernel_dim"] = 1 }, `"linear_conv_kernel_dim" is 1`},
-		{"moe model type", func(m map[string]any) { m["model_type"] = "qwen3_5_moe" }, "Qwen3.5 MoE is not implemented yet"},
-		{"moe experts", func(m map[string]any) { m["num_experts"] = 256 }, "Qwen3.5 MoE is not implemented yet"},
+		{"moe model type", func(m map[string]any) { m["model_type"] = "qwen3_5_moe" }, "its architecture is Qwen3_5MoeForCausalLM or Qwen3_5MoeForConditionalGeneration"},
+		{"moe experts", func(m map[string]any) { m["num_experts"] = 256 }, "this is a Qwen3.5 MoE checkpoint"},
 		{"wrong json type", func(m map[string]any) { m["hidden_size"] = "big" }, "hidden_size"},
 	}
 	for _, c := range cases {

@@ -5,15 +5,15 @@
 // implemented; vision and multi-token-prediction weights are skipped.
 //
 // The package registers Qwen3_5ForCausalLM and
-// Qwen3_5ForConditionalGeneration. The MoE variants are not registered (the
-// registry, and so `specula archs`, lists only what runs), and a config.json
-// with experts is refused. A Model implements model.Model and
-// model.DraftTarget.
+// Qwen3_5ForConditionalGeneration; a config.json with experts is refused
+// under those names. The mixture-of-experts variants are arch/qwen35moe,
+// which builds this package's hybrid decoder with its own MLP (NewHybrid,
+// MLPBinder). A Model implements model.Model and model.DraftTarget.
 //
 // Files: config.go reads config.json; weights.go maps checkpoint tensors to
 // the layers and absorbs every checkpoint quirk (prefixes, the (1+w) norm
-// shift, conv layouts); this file holds the forward and attention layers;
-// deltanet.go the gated delta-net.
+// shift, conv layouts); this file holds the forward, the attention layers
+// and the dense MLP; deltanet.go the gated delta-net.
 package qwen35
 
 import (
@@ -42,6 +42,7 @@ type Model struct {
 	cfg    *Config
 	quant  *loader.Quantization // config.json's quantization section; nil when none
 	dtype  mlx.DType            // compute dtype
+	mlp    MLPBinder            // binds each layer's MLP
 	rope   nn.RoPE
 	w      *weights // nil until LoadWeights
 	layout *Layout  // how the loaded checkpoint stores the model; nil until LoadWeights
@@ -65,16 +66,19 @@ func New(rc registry.Config) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := NewFromConfig(cfg, rc.DType)
-	if err != nil {
-		return nil, err
-	}
-	m.quant = quant
-	return m, nil
+	return NewHybrid(cfg, quant, rc.DType, DenseMLP(cfg))
 }
 
-// NewFromConfig returns a weightless model for a parsed config.
+// NewFromConfig returns a weightless dense model for a parsed config.
 func NewFromConfig(cfg *Config, dtype mlx.DType) (*Model, error) {
+	return NewHybrid(cfg, nil, dtype, DenseMLP(cfg))
+}
+
+// NewHybrid returns a weightless model of the hybrid decoder cfg describes
+// whose layers' MLPs mlp binds (DenseMLP here; the sparse block of
+// arch/qwen35moe), computing in dtype, for a checkpoint whose config.json
+// has the quantization section quant (nil when none).
+func NewHybrid(cfg *Config, quant *loader.Quantization, dtype mlx.DType, mlp MLPBinder) (*Model, error) {
 	switch dtype {
 	case mlx.Float32, mlx.BFloat16, mlx.Float16:
 	default:
@@ -82,10 +86,33 @@ func NewFromConfig(cfg *Config, dtype mlx.DType) (*Model, error) {
 	}
 	return &Model{
 		cfg:   cfg,
+		quant: quant,
 		dtype: dtype,
+		mlp:   mlp,
 		rope:  nn.RoPE{Dims: cfg.RopeDim(), Base: float32(cfg.RopeTheta)},
 	}, nil
 }
+
+// MLP is the feed-forward block of a decoder layer: Forward maps the
+// post-attention-normed residual stream x [1, L, H] to the block's output
+// [1, L, H] as one lazy graph. Every row must depend on its own input row
+// only: a verification forward of L rows has to equal L single-row ones.
+type MLP interface {
+	Forward(x *mlx.Array) *mlx.Array
+}
+
+// MLPBinder binds one layer's MLP from the checkpoint tensors under prefix
+// (the layer's "…layers.3.mlp."), with b recording every problem and the
+// arrays the model keeps. It returns nil when a part is missing or wrong.
+type MLPBinder func(b *Binder, prefix string) MLP
+
+// denseMLP is Qwen3.5's SwiGLU MLP.
+type denseMLP struct {
+	gateUp *nn.Linear // [2·I, H]: gate_proj, up_proj
+	down   *nn.Linear // [H, I]
+}
+
+func (d *denseMLP) Forward(x *mlx.Array) *mlx.Array { return nn.SwiGLU(x, d.gateUp, d.down) }
 
 // Config returns the model's configuration.
 func (m *Model) Config() *Config { return m.cfg }
@@ -223,7 +250,7 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 			x = m.deltaNet(ly.delta, x, caches[i].(*cache.Recurrent))
 		}
 		h = mlx.Add(h, x)
-		h = mlx.Add(h, nn.SwiGLU(nn.RMSNorm(h, ly.postNorm, eps), ly.mlp.gateUp, ly.mlp.down))
+		h = mlx.Add(h, ly.mlp.Forward(nn.RMSNorm(h, ly.postNorm, eps)))
 		if next < len(m.taps) && m.taps[next] == i {
 			taps = append(taps, h)
 			next++

@@ -63,7 +63,7 @@ type layerWeights struct {
 	inputNorm, postNorm *mlx.Array        // (1 + w) folded
 	attn                *attentionWeights // nil in delta-net layers
 	delta               *deltaWeights     // nil in attention layers
-	mlp                 mlpWeights
+	mlp                 MLP
 }
 
 // Projections that read the same input are stacked into one layer at load
@@ -84,11 +84,6 @@ type deltaWeights struct {
 	negA   *mlx.Array // [Hv] float32: −exp(A_log)
 	norm   *mlx.Array // [Dv] float32, plain w (gated norm)
 	out    *nn.Linear // [H, valueDim]
-}
-
-type mlpWeights struct {
-	gateUp *nn.Linear // [2·I, H]: gate_proj, up_proj
-	down   *nn.Linear // [H, I]
 }
 
 func (w *weights) free() { mlx.Unpin(w.all...) }
@@ -133,7 +128,7 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 	if err := mlx.Err(); err != nil {
 		return fmt.Errorf("qwen35: an MLX error is pending before LoadWeights (the tensors may be incomplete): %w", err)
 	}
-	w, layout, err := bindWeights(m.cfg, m.quant, m.dtype, tensors)
+	w, layout, err := bindWeights(m.cfg, m.quant, m.dtype, m.mlp, tensors)
 	if err != nil {
 		return err
 	}
@@ -164,9 +159,13 @@ func (m *Model) Weights() []*mlx.Array {
 	return slices.Clone(m.w.all)
 }
 
-// binder checks tensors against the expected names and shapes, collecting
-// every problem instead of stopping at the first.
-type binder struct {
+// Binder checks a checkpoint's tensors against the names and shapes a
+// model expects, collecting every problem (missing, mis-shaped and, at the
+// end, unused tensors) into one *WeightsError instead of stopping at the
+// first, and records the arrays the model keeps. An MLPBinder uses it to
+// bind its layers; each method returns nil for a part that is missing or
+// wrong, having recorded why.
+type Binder struct {
 	tensors map[string]*mlx.Array
 	used    map[string]bool
 	dtype   mlx.DType
@@ -177,9 +176,26 @@ type binder struct {
 	layers  map[string]int // quantization (or "dense") → linear layers bound so
 }
 
-// take returns the tensor name if it exists with one of the shapes (the
-// first is the canonical one, named in errors); nil otherwise.
-func (b *binder) take(name, why string, shapes ...[]int) *mlx.Array {
+// DType is the compute dtype.
+func (b *Binder) DType() mlx.DType { return b.dtype }
+
+// Has reports whether the checkpoint holds a tensor of that name (without
+// marking it as read).
+func (b *Binder) Has(name string) bool {
+	_, ok := b.tensors[name]
+	return ok
+}
+
+// Mismatch records a problem with a tensor that exists: what was found and
+// what was expected.
+func (b *Binder) Mismatch(format string, args ...any) {
+	b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf(format, args...))
+}
+
+// Tensor returns the float tensor name if it exists with one of the shapes
+// (the first is the canonical one, named in errors), as stored; why says
+// what the shape means.
+func (b *Binder) Tensor(name, why string, shapes ...[]int) *mlx.Array {
 	a, ok := b.tensors[name]
 	if !ok {
 		b.err.Missing = append(b.err.Missing, name)
@@ -187,11 +203,11 @@ func (b *binder) take(name, why string, shapes ...[]int) *mlx.Array {
 	}
 	b.used[name] = true
 	if !a.Valid() {
-		b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf("%s is an empty array: the MLX op that produced it failed", name))
+		b.Mismatch("%s is an empty array: the MLX op that produced it failed", name)
 		return nil
 	}
 	if !a.DType().IsFloat() {
-		b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf("%s has dtype %s, want a float type (only linear layers and the embedding may be quantized)", name, a.DType()))
+		b.Mismatch("%s has dtype %s, want a float type (only linear layers and the embedding may be quantized)", name, a.DType())
 		return nil
 	}
 	for _, s := range shapes {
@@ -199,21 +215,23 @@ func (b *binder) take(name, why string, shapes ...[]int) *mlx.Array {
 			return a
 		}
 	}
-	b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf("%s is %v, want %v (%s)", name, a.Shape(), shapes[0], why))
+	b.Mismatch("%s is %v, want %v (%s)", name, a.Shape(), shapes[0], why)
 	return nil
 }
 
-// keep records a bound array and returns it.
-func (b *binder) keep(a *mlx.Array) *mlx.Array {
+// Keep records an array the model holds (pinned with the weights) and
+// returns it.
+func (b *Binder) Keep(a *mlx.Array) *mlx.Array {
 	b.out = append(b.out, a)
 	return a
 }
 
-// linear binds the linear layer at module path (path.weight [out, in],
-// dense or quantized, see nn.LoadLinear); nil when it is missing or wrong
-// (the binder has recorded why).
-func (b *binder) linear(path, why string, out, in int) *nn.Linear {
-	l, used, err := nn.LoadLinear(b.tensors, path, b.quant, b.dtype, out, in)
+// Linear binds the linear layer at module path: path.weight of logical
+// shape [..., out, in] (stacked experts are [E, out, in]), dense or
+// quantized (see nn.LoadLinear), dense weights cast to the compute dtype.
+// It does not Keep the layer.
+func (b *Binder) Linear(path, why string, shape ...int) *nn.Linear {
+	l, used, err := nn.LoadLinear(b.tensors, path, b.quant, b.dtype, shape...)
 	for _, n := range used {
 		b.used[n] = true
 	}
@@ -224,31 +242,31 @@ func (b *binder) linear(path, why string, out, in int) *nn.Linear {
 	case len(used) == 0:
 		b.err.Missing = append(b.err.Missing, path+nn.WeightSuffix)
 	default:
-		b.err.Mismatched = append(b.err.Mismatched, fmt.Sprintf("%s (%s)", err, why))
+		b.Mismatch("%s (%s)", err, why)
 	}
 	return nil
 }
 
-// keepLinear records a bound layer's arrays and returns it.
-func (b *binder) keepLinear(l *nn.Linear) *nn.Linear {
+// KeepLinear records a bound layer's arrays and returns it.
+func (b *Binder) KeepLinear(l *nn.Linear) *nn.Linear {
 	if l != nil {
 		b.out = append(b.out, l.Arrays()...)
 	}
 	return l
 }
 
-// stack keeps parts stacked into one layer (nil when a part is missing:
-// the binder has recorded why).
-func (b *binder) stack(parts ...*nn.Linear) *nn.Linear {
+// Stack keeps parts stacked into one layer whose output is theirs
+// concatenated (nn.ConcatLinear); nil when a part is nil.
+func (b *Binder) Stack(parts ...*nn.Linear) *nn.Linear {
 	if slices.Contains(parts, nil) {
 		return nil
 	}
-	return b.keepLinear(nn.ConcatLinear(parts...))
+	return b.KeepLinear(nn.ConcatLinear(parts...))
 }
 
 // bias gives l the additive bias path.bias [size] in the compute dtype.
-func (b *binder) bias(l *nn.Linear, path, why string, size int) *nn.Linear {
-	a := b.take(path+".bias", why, []int{size})
+func (b *Binder) bias(l *nn.Linear, path, why string, size int) *nn.Linear {
+	a := b.Tensor(path+".bias", why, []int{size})
 	if l == nil || a == nil {
 		return nil
 	}
@@ -257,38 +275,38 @@ func (b *binder) bias(l *nn.Linear, path, why string, size int) *nn.Linear {
 }
 
 // float32 binds a tensor that stays float32 whatever the compute dtype.
-func (b *binder) float32(name, why string, shape ...int) *mlx.Array {
-	a := b.take(name, why, shape)
+func (b *Binder) float32(name, why string, shape ...int) *mlx.Array {
+	a := b.Tensor(name, why, shape)
 	if a == nil {
 		return nil
 	}
-	return b.keep(cast(a, mlx.Float32))
+	return b.Keep(cast(a, mlx.Float32))
 }
 
 // norm binds a zero-centred RMSNorm weight as the plain weight 1 + w (added
 // in float32, then cast), or as stored for converted checkpoints.
-func (b *binder) norm(name string, size int) *mlx.Array {
-	a := b.take(name, "(1+w) RMSNorm weight", []int{size})
+func (b *Binder) norm(name string, size int) *mlx.Array {
+	a := b.Tensor(name, "(1+w) RMSNorm weight", []int{size})
 	if a == nil {
 		return nil
 	}
 	if b.shift {
 		a = mlx.AddScalar(cast(a, mlx.Float32), 1)
 	}
-	return b.keep(cast(a, b.dtype))
+	return b.Keep(cast(a, b.dtype))
 }
 
 // conv binds a depthwise conv1d weight stored [C, 1, Kc] (Hugging Face),
 // [C, Kc, 1] (mlx-lm conversions) or [C, Kc], as taps [Kc, C] (made
 // contiguous at load), the layout the forward's fused convolution reads.
-func (b *binder) conv(name string, channels, kernel int) *mlx.Array {
-	a := b.take(name, "depthwise conv1d: channels 2·Hk·Dk+Hv·Dv, kernel linear_conv_kernel_dim",
+func (b *Binder) conv(name string, channels, kernel int) *mlx.Array {
+	a := b.Tensor(name, "depthwise conv1d: channels 2·Hk·Dk+Hv·Dv, kernel linear_conv_kernel_dim",
 		[]int{channels, 1, kernel}, []int{channels, kernel, 1}, []int{channels, kernel})
 	if a == nil {
 		return nil
 	}
 	a = mlx.Transpose(mlx.Reshape(a, channels, kernel), 1, 0)
-	return b.keep(mlx.Contiguous(cast(a, b.dtype)))
+	return b.Keep(mlx.Contiguous(cast(a, b.dtype)))
 }
 
 func cast(a *mlx.Array, dt mlx.DType) *mlx.Array {
@@ -308,7 +326,7 @@ type Layout struct {
 }
 
 // bindWeights maps the checkpoint onto the layers of cfg.
-func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, tensors map[string]*mlx.Array) (*weights, *Layout, error) {
+func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, mlp MLPBinder, tensors map[string]*mlx.Array) (*weights, *Layout, error) {
 	// Parts we do not run are dropped first, with one log line.
 	text := make(map[string]*mlx.Array, len(tensors))
 	skipped := map[string]int{}
@@ -369,9 +387,9 @@ func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, tenso
 		slog.Warn("qwen35: conv1d weights are 2-D in an MLX-layout checkpoint: assuming its (1+w) norms are already folded, as mlx-lm does", "shift", shift)
 	}
 
-	b := &binder{tensors: text, used: map[string]bool{}, dtype: dtype, quant: quant, shift: shift, err: WeightsError{Prefix: prefix}, layers: map[string]int{}}
+	b := &Binder{tensors: text, used: map[string]bool{}, dtype: dtype, quant: quant, shift: shift, err: WeightsError{Prefix: prefix}, layers: map[string]int{}}
 	H, V := cfg.HiddenSize, cfg.VocabSize
-	embed := b.keepLinear(b.linear(prefix+"embed_tokens", "vocab_size × hidden_size", V, H))
+	embed := b.KeepLinear(b.Linear(prefix+"embed_tokens", "vocab_size × hidden_size", V, H))
 	w := &weights{
 		norm:   b.norm(prefix+"norm.weight", H),
 		layers: make([]layerWeights, cfg.NumLayers),
@@ -389,12 +407,7 @@ func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, tenso
 		} else {
 			ly.delta = bindDeltaNet(b, cfg, p+"linear_attn.")
 		}
-		ly.mlp = mlpWeights{
-			gateUp: b.stack(
-				b.linear(p+"mlp.gate_proj", "intermediate_size × hidden_size", cfg.IntermediateSize, H),
-				b.linear(p+"mlp.up_proj", "intermediate_size × hidden_size", cfg.IntermediateSize, H)),
-			down: b.keepLinear(b.linear(p+"mlp.down_proj", "hidden_size × intermediate_size", H, cfg.IntermediateSize)),
-		}
+		ly.mlp = mlp(b, p+"mlp.")
 	}
 
 	// The head: lm_head, or the embedding table when tied or absent. A
@@ -418,7 +431,7 @@ func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, tenso
 		slog.Info("qwen35: " + headName + " is absent: using the embedding table as the head")
 		w.head = embed
 	default:
-		w.head = b.keepLinear(b.linear(headPath, "vocab_size × hidden_size", V, H))
+		w.head = b.KeepLinear(b.Linear(headPath, "vocab_size × hidden_size", V, H))
 	}
 
 	b.err.Unexpected = sortedNames(text, b.used)
@@ -429,12 +442,12 @@ func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, tenso
 	return w, &Layout{Format: tp.layout, NormShift: rule, Layers: b.layers}, nil
 }
 
-func bindAttention(b *binder, cfg *Config, p string) *attentionWeights {
+func bindAttention(b *Binder, cfg *Config, p string) *attentionWeights {
 	H, hq, hkv, d := cfg.HiddenSize, cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
-	q := b.linear(p+"q_proj", "per head [query | gate]: num_attention_heads·2·head_dim × hidden_size", hq*2*d, H)
-	k := b.linear(p+"k_proj", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)
-	v := b.linear(p+"v_proj", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)
-	o := b.linear(p+"o_proj", "hidden_size × num_attention_heads·head_dim", H, hq*d)
+	q := b.Linear(p+"q_proj", "per head [query | gate]: num_attention_heads·2·head_dim × hidden_size", hq*2*d, H)
+	k := b.Linear(p+"k_proj", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)
+	v := b.Linear(p+"v_proj", "num_key_value_heads·head_dim × hidden_size", hkv*d, H)
+	o := b.Linear(p+"o_proj", "hidden_size × num_attention_heads·head_dim", H, hq*d)
 	if cfg.AttentionBias {
 		q = b.bias(q, p+"q_proj", "attention_bias is true", hq*2*d)
 		k = b.bias(k, p+"k_proj", "attention_bias is true", hkv*d)
@@ -442,37 +455,53 @@ func bindAttention(b *binder, cfg *Config, p string) *attentionWeights {
 		o = b.bias(o, p+"o_proj", "attention_bias is true", H)
 	}
 	return &attentionWeights{
-		qkv:   b.stack(q, k, v),
-		o:     b.keepLinear(o),
+		qkv:   b.Stack(q, k, v),
+		o:     b.KeepLinear(o),
 		qNorm: b.norm(p+"q_norm.weight", d),
 		kNorm: b.norm(p+"k_norm.weight", d),
 	}
 }
 
-func bindDeltaNet(b *binder, cfg *Config, p string) *deltaWeights {
+func bindDeltaNet(b *Binder, cfg *Config, p string) *deltaWeights {
 	H, hv := cfg.HiddenSize, cfg.LinearValueHeads
 	return &deltaWeights{
-		in: b.stack(
-			b.linear(p+"in_proj_qkv", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H),
-			b.linear(p+"in_proj_z", "Hv·Dv × hidden_size", cfg.ValueDim(), H),
-			b.linear(p+"in_proj_b", "linear_num_value_heads × hidden_size", hv, H),
-			b.linear(p+"in_proj_a", "linear_num_value_heads × hidden_size", hv, H)),
+		in: b.Stack(
+			b.Linear(p+"in_proj_qkv", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H),
+			b.Linear(p+"in_proj_z", "Hv·Dv × hidden_size", cfg.ValueDim(), H),
+			b.Linear(p+"in_proj_b", "linear_num_value_heads × hidden_size", hv, H),
+			b.Linear(p+"in_proj_a", "linear_num_value_heads × hidden_size", hv, H)),
 		conv:   b.conv(p+"conv1d.weight", cfg.ConvDim(), cfg.ConvKernel),
 		dtBias: b.float32(p+"dt_bias", "linear_num_value_heads", hv),
 		// The decay rate −exp(A_log) is a constant: fold it once at load.
 		negA: b.negExp(b.float32(p+"A_log", "linear_num_value_heads", hv)),
 		norm: b.float32(p+"norm.weight", "gated RMSNorm over linear_value_head_dim", cfg.LinearValueDim),
-		out:  b.keepLinear(b.linear(p+"out_proj", "hidden_size × Hv·Dv", H, cfg.ValueDim())),
+		out:  b.KeepLinear(b.Linear(p+"out_proj", "hidden_size × Hv·Dv", H, cfg.ValueDim())),
+	}
+}
+
+// DenseMLP binds Qwen3.5's dense SwiGLU MLP (spec/qwen35.md section 8):
+// gate_proj and up_proj [I, H] stacked into one product, down_proj [H, I].
+func DenseMLP(cfg *Config) MLPBinder {
+	return func(b *Binder, p string) MLP {
+		H, I := cfg.HiddenSize, cfg.IntermediateSize
+		gateUp := b.Stack(
+			b.Linear(p+"gate_proj", "intermediate_size × hidden_size", I, H),
+			b.Linear(p+"up_proj", "intermediate_size × hidden_size", I, H))
+		down := b.KeepLinear(b.Linear(p+"down_proj", "hidden_size × intermediate_size", H, I))
+		if gateUp == nil || down == nil {
+			return nil
+		}
+		return &denseMLP{gateUp: gateUp, down: down}
 	}
 }
 
 // negExp folds the delta-net decay rate −exp(A_log), a constant, once at
 // load (nil when A_log is missing: the binder has recorded why).
-func (b *binder) negExp(aLog *mlx.Array) *mlx.Array {
+func (b *Binder) negExp(aLog *mlx.Array) *mlx.Array {
 	if aLog == nil {
 		return nil
 	}
-	return b.keep(mlx.Negative(mlx.Exp(aLog)))
+	return b.Keep(mlx.Negative(mlx.Exp(aLog)))
 }
 
 // sortedNames lists the names of tensors not in used, sorted.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/specula-dev/specula/arch/qwen35"
+	"github.com/specula-dev/specula/arch/qwen35/qwen35test"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/mlx/mlxtest"
 	"github.com/specula-dev/specula/registry"
@@ -16,34 +17,34 @@ import (
 
 // modelWith builds the fixture model with config.json changed by edit and
 // loads tensors, returning the load error.
-func modelWith(t *mlxtest.T, f *tinyFixture, edit func(map[string]any), tensors map[string]*mlx.Array) (*qwen35.Model, error) {
+func modelWith(t *mlxtest.T, f *qwen35test.Fixture, edit func(map[string]any), tensors map[string]*mlx.Array) (*qwen35.Model, error) {
 	t.Helper()
 	var cfg map[string]any
-	t.NoErr(json.Unmarshal(f.config, &cfg))
+	t.NoErr(json.Unmarshal(f.Config, &cfg))
 	if edit != nil {
 		edit(cfg)
 	}
 	raw, err := json.Marshal(cfg)
 	t.NoErr(err)
-	v, _, err := registry.Default.Build("Qwen3_5ForCausalLM", registry.Config{Dir: f.dir, JSON: raw, DType: mlx.Float32})
+	v, _, err := registry.Default.Build("Qwen3_5ForCausalLM", registry.Config{Dir: f.Dir, JSON: raw, DType: mlx.Float32})
 	t.NoErr(err)
 	m := v.(*qwen35.Model)
 	return m, m.LoadWeights(tensors)
 }
 
 // promptLogits runs the fixture prompt through m with fresh caches.
-func promptLogits(t *mlxtest.T, f *tinyFixture, m *qwen35.Model) *mlx.Array {
+func promptLogits(t *mlxtest.T, f *qwen35test.Fixture, m *qwen35.Model) *mlx.Array {
 	caches := m.NewCaches()
 	defer freeCaches(caches)
-	l, _ := step(m, caches, f.ref.PromptIDs)
+	l, _ := step(m, caches, f.Ref.PromptIDs)
 	t.Eval(l)
 	return l
 }
 
 // sameLogits fails unless m reproduces the reference prompt logits.
-func sameLogits(t *mlxtest.T, f *tinyFixture, name string, m *qwen35.Model) {
+func sameLogits(t *mlxtest.T, f *qwen35test.Fixture, name string, m *qwen35.Model) {
 	t.Helper()
-	if d := maxAbs(t, promptLogits(t, f, m), f.refTensor(t, "logits")); d > logitTol {
+	if d := maxAbs(t, promptLogits(t, f, m), f.RefTensor(t, "logits")); d > logitTol {
 		t.Errorf("%s: prompt logits off by %.3g", name, d)
 	}
 }
@@ -51,7 +52,7 @@ func sameLogits(t *mlxtest.T, f *tinyFixture, name string, m *qwen35.Model) {
 func TestLoadWeightsReportsEveryProblemAtOnce(t *testing.T) {
 	f := loadTiny(t)
 	mlxtest.Run(t, func(t *mlxtest.T) {
-		ts := maps.Clone(f.tensors(t))
+		ts := maps.Clone(f.Tensors(t))
 		delete(ts, "model.layers.0.linear_attn.A_log")
 		delete(ts, "model.layers.3.self_attn.k_norm.weight")
 		ts["model.layers.3.self_attn.q_proj.weight"] = mlx.Zeros(mlx.Float32, 128, 64) // per-head gate missing
@@ -89,7 +90,7 @@ func TestLoadWeightsConditionalGenerationLayout(t *testing.T) {
 			"model.visual.blocks.0.attn.qkv.weight": mlx.Zeros(mlx.Float32, 3, 3),
 			"mtp.fc.weight":                         mlx.Zeros(mlx.Float32, 3, 3),
 		}
-		for name, a := range f.tensors(t) {
+		for name, a := range f.Tensors(t) {
 			ts["model.language_model."+strings.TrimPrefix(name, "model.")] = a
 		}
 		m, err := modelWith(t, f, nil, ts)
@@ -105,7 +106,7 @@ func TestLoadWeightsNormShiftDetection(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		shiftable := []string{"input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight", "model.norm.weight"}
 		converted, flat := map[string]*mlx.Array{}, map[string]*mlx.Array{"mtp.norm.weight": mlx.Zeros(mlx.Float32, 64)}
-		for name, a := range f.tensors(t) {
+		for name, a := range f.Tensors(t) {
 			converted[name], flat[name] = a, a
 			if strings.HasSuffix(name, "conv1d.weight") {
 				converted[name] = mlx.Transpose(a, 0, 2, 1)
@@ -130,7 +131,7 @@ func TestLoadWeightsHeads(t *testing.T) {
 	f := loadTiny(t)
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		head := mlx.RandomNormal(mlx.RandomKey(7), mlx.Float32, 0, 0.1, 512, 64)
-		withHead := maps.Clone(f.tensors(t))
+		withHead := maps.Clone(f.Tensors(t))
 		withHead["lm_head.weight"] = head
 
 		// Tied: a present lm_head.weight is ignored.
@@ -144,13 +145,13 @@ func TestLoadWeightsHeads(t *testing.T) {
 		t.NoErr(err)
 		caches := m.NewCaches()
 		defer freeCaches(caches)
-		hidden, _ := m.Forward(batch(f.ref.PromptIDs, 0), caches)
+		hidden, _ := m.Forward(batch(f.Ref.PromptIDs, 0), caches)
 		want := mlx.Matmul(hidden, mlx.Transpose(head, 1, 0))
 		if d := maxAbs(t, m.Unembed(hidden), want); d > 1e-5 {
 			t.Errorf("untied head: logits off by %g", d)
 		}
 		// Untied without lm_head.weight falls back to the embedding table.
-		m, err = modelWith(t, f, untie, f.tensors(t))
+		m, err = modelWith(t, f, untie, f.Tensors(t))
 		t.NoErr(err)
 		sameLogits(t, f, "untied without lm_head.weight", m)
 		// A wrongly shaped lm_head is reported.
@@ -165,12 +166,12 @@ func TestLoadWeightsAttentionBias(t *testing.T) {
 	f := loadTiny(t)
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		bias := func(c map[string]any) { c["attention_bias"] = true }
-		_, err := modelWith(t, f, bias, f.tensors(t))
+		_, err := modelWith(t, f, bias, f.Tensors(t))
 		var we *qwen35.WeightsError
 		if !errors.As(err, &we) || len(we.Missing) != 4 || !strings.HasSuffix(we.Missing[0], "self_attn.q_proj.bias") {
 			t.Fatalf("attention_bias without biases: %v", err)
 		}
-		ts := maps.Clone(f.tensors(t))
+		ts := maps.Clone(f.Tensors(t))
 		p := "model.layers.3.self_attn."
 		for name, n := range map[string]int{"q_proj": 256, "k_proj": 64, "v_proj": 64, "o_proj": 64} {
 			ts[p+name+".bias"] = mlx.Zeros(mlx.Float32, n)
@@ -182,7 +183,7 @@ func TestLoadWeightsAttentionBias(t *testing.T) {
 		ts[p+"o_proj.bias"] = mlx.Full(0.5, mlx.Float32, 64)
 		m, err = modelWith(t, f, bias, ts)
 		t.NoErr(err)
-		if d := maxAbs(t, promptLogits(t, f, m), f.refTensor(t, "logits")); d < 1e-2 {
+		if d := maxAbs(t, promptLogits(t, f, m), f.RefTensor(t, "logits")); d < 1e-2 {
 			t.Errorf("an o_proj bias of 0.5 changed the logits by only %g", d)
 		}
 	})
@@ -191,7 +192,7 @@ func TestLoadWeightsAttentionBias(t *testing.T) {
 func TestLoadWeightsRejectsFusedProjections(t *testing.T) {
 	f := loadTiny(t)
 	mlxtest.Run(t, func(t *mlxtest.T) {
-		ts := maps.Clone(f.tensors(t))
+		ts := maps.Clone(f.Tensors(t))
 		ts["model.layers.0.linear_attn.in_proj_qkvz.weight"] = mlx.Zeros(mlx.Float32, 192, 64)
 		_, err := modelWith(t, f, nil, ts)
 		if err == nil || !strings.Contains(err.Error(), "Qwen3-Next style fused projection") {

@@ -1,0 +1,185 @@
+package qwen35test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/model"
+)
+
+// The benchmark loops the Qwen3.5-family targets share; each architecture
+// builds its own random model and calls them.
+
+// BenchIDs returns n token ids below v.
+func BenchIDs(n, v int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32((i*7919 + 13) % v)
+	}
+	return ids
+}
+
+// BenchPrefill measures an n-token prefill of m from empty caches: one
+// forward, the last row's logits and the new cache state evaluated. It
+// reports tok/s.
+func BenchPrefill(b *testing.B, m model.Model, n int) {
+	ids := BenchIDs(n, m.Info().VocabSize)
+	b.ResetTimer()
+	var elapsed time.Duration
+	err := mlx.Do(context.Background(), func() error {
+		for range b.N {
+			caches := m.NewCaches()
+			start := time.Now()
+			h, _ := m.Forward(Batch(ids, 0), caches)
+			logits := m.Unembed(mlx.SliceAxis(h, 1, n-1, n))
+			if err := mlx.Eval(append(cacheState(caches), logits)...); err != nil {
+				return err
+			}
+			elapsed += time.Since(start)
+			FreeCaches(caches)
+			mlx.Sweep()
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "tok/s")
+}
+
+// BenchDecode measures single-token greedy decoding of m after a
+// prompt-token prefill: one forward, the argmax and the cache state
+// evaluated per token. It reports tok/s and the graph nodes of one step.
+func BenchDecode(b *testing.B, m model.Model, prompt int) {
+	ids := BenchIDs(prompt, m.Info().VocabSize)
+	var elapsed time.Duration
+	err := mlx.Do(context.Background(), func() error {
+		caches := m.NewCaches()
+		defer FreeCaches(caches)
+		h, _ := m.Forward(Batch(ids, 0), caches)
+		tok := mlx.Argmax(m.Unembed(mlx.SliceAxis(h, 1, prompt-1, prompt)), -1, false)
+		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+			return err
+		}
+		next, err := tok.Int32s()
+		if err != nil {
+			return err
+		}
+		mlx.Sweep()
+		// What one step asks MLX to run: pending graph nodes by primitive.
+		h, _ = m.Forward(Batch(next, caches[0].Offset()), caches)
+		ops, err := mlx.GraphOps(append(cacheState(caches), mlx.Argmax(m.Unembed(h), -1, false))...)
+		if err != nil {
+			return err
+		}
+		total := 0
+		for _, n := range ops {
+			total += n
+		}
+		b.Logf("graph nodes of one decode step: %d %v", total, ops)
+		b.ReportMetric(float64(total), "nodes/token")
+		// Level the caches again: the probe step is not timed.
+		tok = mlx.Argmax(m.Unembed(h), -1, false)
+		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+			return err
+		}
+		if next, err = tok.Int32s(); err != nil {
+			return err
+		}
+		mlx.Sweep()
+		b.ResetTimer()
+		start := time.Now()
+		for range b.N {
+			h, _ := m.Forward(Batch(next, caches[0].Offset()), caches)
+			tok := mlx.Argmax(m.Unembed(h), -1, false)
+			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+				return err
+			}
+			if next, err = tok.Int32s(); err != nil {
+				return err
+			}
+			mlx.Sweep()
+		}
+		elapsed = time.Since(start)
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tok/s")
+}
+
+func cacheState(caches []cache.Cache) []*mlx.Array {
+	var out []*mlx.Array
+	for _, c := range caches {
+		out = append(out, c.State()...)
+	}
+	return out
+}
+
+// BenchVerify measures the target's side of a speculative round at depth
+// n−1 after a prompt-token prefill: rollback points scheduled for the n−1
+// drafts, one forward over n tokens, the argmax of every row and the cache
+// state evaluated, then all drafts kept (as when all are accepted). Compare
+// its time with BenchDecode's: the ideal speedup at depth n−1 is
+// n × decode time / verify time. It reports ms/round and the graph nodes
+// of one round.
+func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
+	ids := BenchIDs(prompt+n*(b.N+1), m.Info().VocabSize)
+	var elapsed time.Duration
+	err := mlx.Do(context.Background(), func() error {
+		caches := m.NewCaches()
+		defer FreeCaches(caches)
+		h, _ := m.Forward(Batch(ids[:prompt], 0), caches)
+		if err := mlx.Eval(append(cacheState(caches), h)...); err != nil {
+			return err
+		}
+		mlx.Sweep()
+		round := func(i int, probe bool) error {
+			at := caches[0].Offset()
+			cache.Schedule(caches, at+1, n-1)
+			h, _ := m.Forward(Batch(ids[prompt+i*n:prompt+(i+1)*n], at), caches)
+			tok := mlx.Argmax(m.Unembed(h), -1, false)
+			if probe {
+				ops, err := mlx.GraphOps(append(cacheState(caches), tok)...)
+				if err != nil {
+					return err
+				}
+				total := 0
+				for _, k := range ops {
+					total += k
+				}
+				b.Logf("graph nodes of one %d-token verification: %d %v", n, total, ops)
+				b.ReportMetric(float64(total), "nodes/round")
+			}
+			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+				return err
+			}
+			if _, err := tok.Int32s(); err != nil {
+				return err
+			}
+			cache.Commit(caches, n-1, n-1, at+1)
+			mlx.Sweep()
+			return nil
+		}
+		if err := round(0, true); err != nil { // warm-up and graph probe
+			return err
+		}
+		b.ResetTimer()
+		start := time.Now()
+		for i := range b.N {
+			if err := round(i+1, false); err != nil {
+				return err
+			}
+		}
+		elapsed = time.Since(start)
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(elapsed.Microseconds())/1000/float64(b.N), "ms/round")
+}
