@@ -23,9 +23,9 @@ type Linear struct {
 	// Quant is how Weight is quantized; the zero value means dense.
 	Quant mlx.Quant
 
-	// parts holds layers stacked by ConcatLinear that cannot share one
-	// weight (their quantizations differ); Forward concatenates their
-	// outputs.
+	// parts holds the runs of layers stacked by ConcatLinear that cannot
+	// share one weight (their quantizations differ); Forward and Gather
+	// concatenate their outputs.
 	parts []*Linear
 }
 
@@ -127,24 +127,37 @@ func (l *Linear) AsType(dtype mlx.DType) *Linear {
 // matrix product instead of several, which matters when decoding one token
 // is bound by kernel launches. Dense layers, and quantized layers with the
 // same parameters, share one stacked weight (rows of packed weights, scales
-// and biases stack like dense rows, since groups never cross rows); layers
-// quantized differently (a mixed-precision checkpoint) stay separate
-// products behind the same Forward and Gather. Stacked expert layers
-// [E, out, in] stack their rows per expert. Biases must be all present or
-// all absent.
+// and biases stack like dense rows, since groups never cross rows). When
+// the quantizations differ (a mixed-precision checkpoint: an MoE router at
+// 8 bits beside 4-bit projections), each run of neighbours that share one
+// is stacked, and the runs stay separate products behind the same Forward
+// and Gather. Stacked expert layers [E, out, in] stack their rows per
+// expert. Biases must be all present or all absent.
 func ConcatLinear(ls ...*Linear) *Linear {
+	var runs []*Linear
+	for i := 0; i < len(ls); {
+		j := i + 1
+		for j < len(ls) && stackable(ls[i], ls[j]) {
+			j++
+		}
+		runs = append(runs, stack(ls[i:j]))
+		i = j
+	}
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	return &Linear{parts: runs}
+}
+
+// stackable reports whether a and b can share one stacked weight.
+func stackable(a, b *Linear) bool {
+	return len(a.parts) == 0 && len(b.parts) == 0 && a.Quant == b.Quant && (a.Bias == nil) == (b.Bias == nil)
+}
+
+// stack stacks layers that share a quantization into one layer.
+func stack(ls []*Linear) *Linear {
 	if len(ls) == 1 {
 		return ls[0]
-	}
-	q := ls[0].Quant
-	same := true
-	for _, l := range ls {
-		if len(l.parts) > 0 || l.Quant != q || (l.Bias == nil) != (ls[0].Bias == nil) {
-			same = false
-		}
-	}
-	if !same {
-		return &Linear{parts: slices.Clone(ls)}
 	}
 	// Output rows are the second-to-last axis of weights, scales and
 	// biases (whatever stacks before them), the last of the bias.
@@ -163,7 +176,7 @@ func ConcatLinear(ls ...*Linear) *Linear {
 		Scales: rows(-2, func(l *Linear) *mlx.Array { return l.Scales }),
 		Biases: rows(-2, func(l *Linear) *mlx.Array { return l.Biases }),
 		Bias:   rows(-1, func(l *Linear) *mlx.Array { return l.Bias }),
-		Quant:  q,
+		Quant:  ls[0].Quant,
 	}
 }
 

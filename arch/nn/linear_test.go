@@ -57,15 +57,19 @@ func TestConcatLinear(t *testing.T) {
 		b4, _ := quantized(randMatrix(5, 4, 64), mlx.Quant{Mode: mlx.Affine, Bits: 4, GroupSize: 64})
 		c8, _ := quantized(randMatrix(6, 4, 64), mlx.Quant{Mode: mlx.Affine, Bits: 8, GroupSize: 64})
 		dense := nn.Dense(randMatrix(7, 4, 64), nil)
+		// arrays counts the weights, scales and biases the stack holds: one
+		// set per product.
 		for _, c := range []struct {
-			name  string
-			parts []*nn.Linear
-			fused bool
+			name   string
+			parts  []*nn.Linear
+			fused  bool
+			arrays int
 		}{
-			{"same quantization", []*nn.Linear{a4, b4}, true},
-			{"mixed bits", []*nn.Linear{a4, c8}, false},
-			{"dense and quantized", []*nn.Linear{a4, dense}, false},
-			{"dense", []*nn.Linear{dense, dense}, true},
+			{"same quantization", []*nn.Linear{a4, b4}, true, 3},
+			{"mixed bits", []*nn.Linear{a4, c8}, false, 6},
+			{"dense and quantized", []*nn.Linear{a4, dense}, false, 4},
+			{"dense", []*nn.Linear{dense, dense}, true, 1},
+			{"runs of one quantization stack", []*nn.Linear{c8, c8, a4, b4}, false, 6},
 		} {
 			l := nn.ConcatLinear(c.parts...)
 			var outs []*mlx.Array
@@ -77,6 +81,9 @@ func TestConcatLinear(t *testing.T) {
 			}
 			if fused := l.Weight != nil; fused != c.fused {
 				t.Fatalf("%s: one stacked weight = %v, want %v", c.name, fused, c.fused)
+			}
+			if n := len(l.Arrays()); n != c.arrays {
+				t.Fatalf("%s: %d arrays, want %d", c.name, n, c.arrays)
 			}
 		}
 	})

@@ -66,19 +66,8 @@ type Reference struct {
 // Load reads the named fixture ("dflash-tiny", "dflash2-tiny").
 func Load(t testing.TB, name string) *Fixture {
 	t.Helper()
-	dir := fixtures.Dir(t, name)
-	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &Fixture{Dir: dir, Config: cfg}
-	if err := json.Unmarshal(raw, &f.Ref); err != nil {
-		t.Fatalf("%s/reference.json: %v", name, err)
-	}
+	f := &Fixture{}
+	f.Dir, f.Config = fixtures.Load(t, name, &f.Ref)
 	return f
 }
 

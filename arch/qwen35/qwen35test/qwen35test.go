@@ -85,23 +85,12 @@ type Reference struct {
 // Load reads the named fixture ("qwen35-tiny", "qwen35moe-tiny").
 func Load(t testing.TB, name string) *Fixture {
 	t.Helper()
-	dir := fixtures.Dir(t, name)
-	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &Fixture{Name: name, Dir: dir, Config: cfg}
-	if err := json.Unmarshal(raw, &f.Ref); err != nil {
-		t.Fatalf("%s/reference.json: %v", name, err)
-	}
+	f := &Fixture{Name: name}
+	f.Dir, f.Config = fixtures.Load(t, name, &f.Ref)
 	var arch struct {
 		Architectures []string `json:"architectures"`
 	}
-	if err := json.Unmarshal(cfg, &arch); err != nil || len(arch.Architectures) == 0 {
+	if err := json.Unmarshal(f.Config, &arch); err != nil || len(arch.Architectures) == 0 {
 		t.Fatalf("%s/config.json names no architecture (%v)", name, err)
 	}
 	f.Arch = arch.Architectures[0]
@@ -143,6 +132,17 @@ func Step(m model.Model, caches []cache.Cache, ids []int32) (logits, aux *mlx.Ar
 // Batch is a forward of ids at slot offset.
 func Batch(ids []int32, offset int) *model.Batch {
 	return &model.Batch{InputIDs: mlx.FromInt32s(ids, 1, len(ids)), SeqOffsets: []int{offset}, SeqQueryLens: []int{len(ids)}}
+}
+
+// Within checks an error d against tol: a test error naming what when d
+// exceeds it, a log line with the measured value otherwise.
+func Within(t *mlxtest.T, what string, d, tol float64) {
+	t.Helper()
+	if d > tol {
+		t.Errorf("%s: %.3g > %g", what, d, tol)
+	} else {
+		t.Logf("%s: %.3g", what, d)
+	}
 }
 
 // MaxAbs is max |a − b| (shapes must broadcast).
@@ -237,20 +237,12 @@ func CheckPromptForward(t *mlxtest.T, f *Fixture, m model.DraftTarget) {
 	t.Shape(logits, 1, T, m.Info().VocabSize)
 	t.Shape(aux, 1, T, len(all)*H)
 
-	if d := MaxAbs(t, logits, f.RefTensor(t, "logits")); d > LogitTol {
-		t.Errorf("prompt logits: max abs error %.3g > %g", d, LogitTol)
-	} else {
-		t.Logf("prompt logits: max abs error %.3g", d)
-	}
+	Within(t, "prompt logits, max abs error", MaxAbs(t, logits, f.RefTensor(t, "logits")), LogitTol)
 	perLayer := f.RefTensor(t, "hidden_per_layer") // [layers, T, H]
 	for i := range all {
 		got := mlx.SliceAxis(aux, 2, i*H, (i+1)*H)
 		want := mlx.SliceAxis(perLayer, 0, i, i+1)
-		if r := RelErr(t, got, want); r > HiddenTol {
-			t.Errorf("hidden after layer %d: relative error %.3g > %g", i, r, HiddenTol)
-		} else {
-			t.Logf("hidden after layer %d: relative error %.3g", i, r)
-		}
+		Within(t, fmt.Sprintf("hidden after layer %d, relative error", i), RelErr(t, got, want), HiddenTol)
 	}
 	// Forward's hidden is the final-normed state: check it against
 	// final_hidden directly, without taps.
@@ -261,11 +253,7 @@ func CheckPromptForward(t *mlxtest.T, f *Fixture, m model.DraftTarget) {
 	if aux2 != hidden {
 		t.Error("without taps, aux must be the hidden states")
 	}
-	if r := RelErr(t, hidden, f.RefTensor(t, "final_hidden")); r > HiddenTol {
-		t.Errorf("final hidden: relative error %.3g > %g", r, HiddenTol)
-	} else {
-		t.Logf("final hidden: relative error %.3g", r)
-	}
+	Within(t, "final hidden, relative error", RelErr(t, hidden, f.RefTensor(t, "final_hidden")), HiddenTol)
 	emb := m.TokenEmbeddings(mlx.FromInt32s(f.Ref.PromptIDs, 1, T))
 	if d := MaxAbs(t, emb, f.RefTensor(t, "embeddings")); d != 0 {
 		t.Errorf("token embeddings differ by %g", d)
@@ -282,21 +270,38 @@ func CheckGreedyContinuation(t *mlxtest.T, f *Fixture, m model.DraftTarget) {
 	caches := m.NewCaches()
 	defer FreeCaches(caches)
 	stepLogits := f.RefTensor(t, "greedy_step_logits") // [n, V]
-	logits, _ := Step(m, caches, f.Ref.PromptIDs)
-	mlx.Pin(stepLogits, logits) // survive the per-step sweeps
+	mlx.Pin(stepLogits)                                // survives the per-step sweeps
 	defer mlx.Unpin(stepLogits)
+	logits, _ := Step(m, caches, f.Ref.PromptIDs)
 	var worst float64
-	for k, want := range f.Ref.GreedyIDs {
-		last := Rows(logits, logits.Dim(1)-1, logits.Dim(1))
+	DecodeGreedy(t, m, caches, logits, len(f.Ref.GreedyIDs), func(k int, last *mlx.Array, tok int32) {
 		if d := MaxAbs(t, last, mlx.SliceAxis(stepLogits, 0, k, k+1)); d > LogitTol {
 			t.Fatalf("step %d: logits max abs error %.3g > %g", k, d, LogitTol)
 		} else {
 			worst = max(worst, d)
 		}
-		if got := ArgmaxLast(t, logits); got != want {
-			t.Fatalf("greedy token %d: got %d, want %d (continuation so far matches)", k, got, want)
+		if want := f.Ref.GreedyIDs[k]; tok != want {
+			t.Fatalf("greedy token %d: got %d, want %d (continuation so far matches)", k, tok, want)
 		}
-		next, _ := Step(m, caches, []int32{want})
+	})
+	t.Logf("%d greedy tokens equal; step logits max abs error %.3g", len(f.Ref.GreedyIDs), worst)
+}
+
+// DecodeGreedy decodes n tokens greedily with the cache from logits
+// [1, L, V] (the forward that filled caches): for each step k it takes the
+// argmax of the last row, calls each(k, that row [1, 1, V], the token) and
+// feeds the token. It returns the tokens.
+func DecodeGreedy(t *mlxtest.T, m model.Model, caches []cache.Cache, logits *mlx.Array, n int, each func(k int, last *mlx.Array, tok int32)) []int32 {
+	t.Helper()
+	mlx.Pin(logits) // each step's logits survive its sweep
+	var toks []int32
+	for k := range n {
+		tok := ArgmaxLast(t, logits)
+		toks = append(toks, tok)
+		if each != nil {
+			each(k, Rows(logits, logits.Dim(1)-1, logits.Dim(1)), tok)
+		}
+		next, _ := Step(m, caches, []int32{tok})
 		t.Eval(next)
 		mlx.Pin(next)
 		mlx.Unpin(logits)
@@ -304,7 +309,7 @@ func CheckGreedyContinuation(t *mlxtest.T, f *Fixture, m model.DraftTarget) {
 		mlx.Sweep()
 	}
 	mlx.Unpin(logits)
-	t.Logf("%d greedy tokens equal; step logits max abs error %.3g", len(f.Ref.GreedyIDs), worst)
+	return toks
 }
 
 // CheckMultiTokenChunk: a cached prefill of 16 prompt tokens, then one
@@ -320,11 +325,7 @@ func CheckMultiTokenChunk(t *mlxtest.T, f *Fixture, m model.DraftTarget) {
 	}
 	chunk, _ := Step(m, caches, p[16:21])
 	want := f.RefTensor(t, "multi_token_chunk_logits")
-	if d := MaxAbs(t, chunk, want); d > LogitTol {
-		t.Errorf("5-token chunk after 16: max abs error %.3g > %g", d, LogitTol)
-	} else {
-		t.Logf("5-token chunk after 16: max abs error %.3g", d)
-	}
+	Within(t, "5-token chunk after 16, max abs error", MaxAbs(t, chunk, want), LogitTol)
 }
 
 // CheckScriptedSpecLoop replays reference.json's scripted verify loop: each
@@ -397,11 +398,7 @@ func CheckRollbackCheck(t *mlxtest.T, f *Fixture, m model.DraftTarget) {
 	cache.Commit(caches, 0, 5, 17)
 	logits, _ := Step(m, caches, p[17:18])
 	want := mlx.SliceAxis(f.RefTensor(t, "logits"), 0, 17, 18)
-	if d := MaxAbs(t, logits, want); d > LogitTol {
-		t.Errorf("logits after rollback: max abs error %.3g > %g", d, LogitTol)
-	} else {
-		t.Logf("logits after rollback: max abs error %.3g", d)
-	}
+	Within(t, "logits after rollback, max abs error", MaxAbs(t, logits, want), LogitTol)
 }
 
 // CheckChunkedEqualsTokenByToken: prefill in chunks of several sizes gives
@@ -429,11 +426,7 @@ func CheckChunkedEqualsTokenByToken(t *mlxtest.T, f *Fixture, m model.DraftTarge
 			got = append(got, l)
 			i += n
 		}
-		if d := MaxAbs(t, mlx.Concatenate(1, got...), ref); d > PathLogitTol {
-			t.Errorf("chunks %v: logits differ from token-by-token by %.3g > %g", sizes, d, PathLogitTol)
-		} else {
-			t.Logf("chunks %v: max abs logit difference %.3g", sizes, d)
-		}
+		Within(t, fmt.Sprintf("chunks %v, logits against token-by-token, max abs difference", sizes), MaxAbs(t, mlx.Concatenate(1, got...), ref), PathLogitTol)
 		CompareStates(t, fmt.Sprintf("chunks %v", sizes), caches, single)
 		FreeCaches(caches)
 		mlx.Sweep()
@@ -557,19 +550,7 @@ func CheckMLXConversion(t *testing.T, arch, name, what string) {
 			t.Fatalf("%s (%s): prompt logits differ from mlx-lm's by %.3g > %g", name, what, d, MLXLogitTol)
 		}
 
-		mlx.Pin(logits)
-		var got []int32
-		for range greedy {
-			tok := ArgmaxLast(t, logits)
-			got = append(got, tok)
-			next, _ := Step(m, caches, []int32{tok})
-			t.Eval(next)
-			mlx.Pin(next)
-			mlx.Unpin(logits)
-			logits = next
-			mlx.Sweep()
-		}
-		mlx.Unpin(logits)
+		got := DecodeGreedy(t, m, caches, logits, len(greedy), nil)
 		for i := range greedy {
 			if got[i] != greedy[i] {
 				t.Fatalf("%s: greedy token %d is %d, mlx-lm's is %d (tokens so far %v)", name, i, got[i], greedy[i], got[:i+1])
