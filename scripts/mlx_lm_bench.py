@@ -25,15 +25,21 @@ from mlx_lm.generate import generate_step
 from mlx_lm.utils import load_model
 
 
+# transformers saves text-only checkpoints under model types mlx-lm does not
+# know; its modules are the ones without "_text".
+MLX_LM_MODEL_TYPES = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe"}
+
+
 def prepare(src: Path) -> Path:
-    """mlx-lm maps model_type "qwen3_5" to its Qwen3.5 module; transformers
-    saves text-only checkpoints as "qwen3_5_text". Copy the config with the
-    name mlx-lm knows and link the weights."""
+    """mlx-lm maps model_type "qwen3_5" ("qwen3_5_moe") to its Qwen3.5
+    (MoE) module; transformers saves text-only checkpoints as
+    "qwen3_5_text" ("qwen3_5_moe_text"). Copy the config with the name
+    mlx-lm knows and link the weights."""
     cfg = json.loads((src / "config.json").read_text())
-    if cfg.get("model_type") != "qwen3_5_text":
+    if cfg.get("model_type") not in MLX_LM_MODEL_TYPES:
         return src
     dst = Path(tempfile.mkdtemp(prefix="mlxlm-"))
-    cfg["model_type"] = "qwen3_5"
+    cfg["model_type"] = MLX_LM_MODEL_TYPES[cfg["model_type"]]
     (dst / "config.json").write_text(json.dumps(cfg))
     for f in src.iterdir():
         if f.suffix == ".safetensors" or f.name.endswith(".index.json"):

@@ -16,7 +16,7 @@ func init() {
 
 func runSynth(e *env, args []string) int {
 	fs := newFlags(e, "synth", "--shape SIZE --out DIR [flags]")
-	shape := fs.String("shape", "0.8B", "released Qwen3.5 `size` whose layer shapes to use: 0.8B, 4B or 27B")
+	shape := fs.String("shape", "0.8B", "released Qwen3.5 `size` whose layer shapes to use: "+synth.Sizes+" (the last three are mixture-of-experts)")
 	layers := fs.Int("layers", 0, "number of target layers (0: the release's)")
 	vocab := fs.Int("vocab", 0, "vocabulary size (0: the release's 248320)")
 	dtype := fs.String("dtype", "bfloat16", "storage dtype: bfloat16 or float32")
@@ -62,7 +62,13 @@ func runSynth(e *env, args []string) int {
 	switch *draft {
 	case "":
 	case "dflash", "dflash2":
-		d = &synth.DFlash{Hidden: q.Hidden, Vocab: q.Vocab, Layers: 5, Heads: 32, KVHeads: 8, HeadDim: 128, Intermediate: q.Intermediate,
+		// A draft's MLP is dense; for an MoE target it is 3·H wide, as
+		// Qwen3-style drafts of that width are.
+		inter := q.Intermediate
+		if q.Experts > 0 {
+			inter = 3 * q.Hidden
+		}
+		d = &synth.DFlash{Hidden: q.Hidden, Vocab: q.Vocab, Layers: 5, Heads: 32, KVHeads: 8, HeadDim: 128, Intermediate: inter,
 			BlockSize: 16, MaskToken: q.Vocab - 1, TargetLayers: q.Layers, RopeTheta: q.RopeTheta, DType: q.DType, Seed: *seed + 1}
 		for i := range 5 {
 			d.TargetLayerIDs = append(d.TargetLayerIDs, min(q.Layers-1, 1+i*max(1, (q.Layers-2)/5)))
@@ -122,7 +128,12 @@ func writeSynth(e *env, dir, shape string, q synth.Qwen35, tok *tokenizer.SmallB
 			return err
 		}
 	}
-	fmt.Fprintf(e.stderr, "writing a random Qwen3.5 (%s shapes, %d layers, vocab %d, %s, %.2fB parameters)\n", shape, q.Layers, q.Vocab, q.DType, float64(q.Params())/1e9)
+	kind := "Qwen3.5"
+	if q.Experts > 0 {
+		kind = fmt.Sprintf("Qwen3.5 MoE (%d experts, top %d)", q.Experts, q.TopK)
+	}
+	fmt.Fprintf(e.stderr, "writing a random %s (%s shapes, %d layers, vocab %d, %s, %.2fB parameters, %.2fB active per token)\n",
+		kind, shape, q.Layers, q.Vocab, q.DType, float64(q.Params())/1e9, float64(q.ActiveParams())/1e9)
 	if err := q.Write(target); err != nil {
 		return err
 	}

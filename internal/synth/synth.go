@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/specula-dev/specula/loader"
 )
@@ -31,7 +32,10 @@ const (
 	BFloat16 DType = "bfloat16"
 )
 
-// Qwen35 describes a random Qwen3.5 text model (Qwen3_5ForCausalLM).
+// Qwen35 describes a random Qwen3.5 text model: dense
+// (Qwen3_5ForCausalLM), or mixture-of-experts (Qwen3_5MoeForCausalLM) when
+// Experts > 0, every layer's MLP then the sparse block with fused experts
+// (spec/qwen35.md section 9) and Intermediate unused.
 type Qwen35 struct {
 	Vocab, Hidden, Intermediate, Layers int
 	Heads, KVHeads, HeadDim             int
@@ -45,10 +49,20 @@ type Qwen35 struct {
 	TieEmbeddings         bool
 	DType                 DType
 	Seed                  uint64
+
+	// Experts, TopK, ExpertSize and SharedSize are the sparse block's
+	// num_experts, num_experts_per_tok, moe_intermediate_size and
+	// shared_expert_intermediate_size; Experts 0 means a dense model.
+	Experts, TopK, ExpertSize, SharedSize int
 }
 
+// Sizes lists the released Qwen3.5 sizes Qwen35Shape knows.
+const Sizes = "0.8B, 4B, 27B, 35B-A3B, 122B-A10B, 397B-A17B"
+
 // Qwen35Shape returns the layer shapes of a released Qwen3.5 size ("0.8B",
-// "4B", "27B") with the given number of layers (0 keeps the release's).
+// "4B", "27B", or the MoE sizes "35B-A3B", "122B-A10B", "397B-A17B";
+// spec/qwen35.md section 13) with the given number of layers (0 keeps the
+// release's).
 func Qwen35Shape(size string, layers int) (Qwen35, error) {
 	q := Qwen35{Vocab: 248320, HeadDim: 256, LinearKeyHeads: 16, LinearKeyDim: 128, LinearValueDim: 128,
 		ConvKernel: 4, FullAttentionInterval: 4, RopeTheta: 1e7, PartialRotary: 0.25, DType: BFloat16, Seed: 1}
@@ -59,8 +73,17 @@ func Qwen35Shape(size string, layers int) (Qwen35, error) {
 		q.Hidden, q.Intermediate, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads, q.TieEmbeddings = 2560, 9216, 32, 16, 4, 32, true
 	case "27B":
 		q.Hidden, q.Intermediate, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads = 5120, 17408, 64, 24, 4, 48
+	case "35B-A3B":
+		q.Hidden, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads = 2048, 40, 16, 2, 32
+		q.Experts, q.TopK, q.ExpertSize, q.SharedSize = 256, 8, 512, 512
+	case "122B-A10B":
+		q.Hidden, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads = 3072, 48, 32, 2, 64
+		q.Experts, q.TopK, q.ExpertSize, q.SharedSize = 256, 8, 1024, 1024
+	case "397B-A17B":
+		q.Hidden, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads = 4096, 60, 32, 2, 64
+		q.Experts, q.TopK, q.ExpertSize, q.SharedSize = 512, 10, 1024, 1024
 	default:
-		return q, fmt.Errorf("unknown Qwen3.5 size %q (known: 0.8B, 4B, 27B)", size)
+		return q, fmt.Errorf("unknown Qwen3.5 size %q (known: %s)", size, Sizes)
 	}
 	if layers > 0 {
 		q.Layers = layers
@@ -85,6 +108,25 @@ func (q Qwen35) Params() int64 {
 	var n int64
 	for _, t := range q.tensors() {
 		n += t.numel()
+	}
+	return n
+}
+
+// ActiveParams is the number of parameters one decoded token reads: all of
+// them but the experts it is not routed to (TopK of Experts per layer) and
+// the embedding table, of which it reads one row (a tied table is read
+// whole as the head).
+func (q Qwen35) ActiveParams() int64 {
+	var n int64
+	for _, t := range q.tensors() {
+		switch {
+		case strings.HasSuffix(t.name, "mlp.experts.gate_up_proj"), strings.HasSuffix(t.name, "mlp.experts.down_proj"):
+			n += t.numel() / int64(q.Experts) * int64(q.TopK)
+		case t.name == "model.embed_tokens.weight" && !q.TieEmbeddings:
+			n += int64(q.Hidden)
+		default:
+			n += t.numel()
+		}
 	}
 	return n
 }
@@ -147,6 +189,19 @@ func (q Qwen35) tensors() []spec {
 			out = append(out, spec{name: p + "linear_attn.norm.weight", shape: []int{q.LinearValueDim}, f32: true, draw: normal(1, 0.1)})
 			add(p+"linear_attn.out_proj.weight", proj(valueDim, 1.2), H, valueDim)
 		}
+		if q.Experts > 0 {
+			// The router spreads its logits (gain 2) so expert choices are
+			// well separated, as the MoE fixture's recipe does.
+			E, ie, is := q.Experts, q.ExpertSize, q.SharedSize
+			add(p+"mlp.gate.weight", proj(H, 2), E, H)
+			add(p+"mlp.experts.gate_up_proj", proj(H, 0.6), E, 2*ie, H)
+			add(p+"mlp.experts.down_proj", proj(ie, 1.2), E, H, ie)
+			add(p+"mlp.shared_expert.gate_proj.weight", proj(H, 0.6), is, H)
+			add(p+"mlp.shared_expert.up_proj.weight", proj(H, 0.6), is, H)
+			add(p+"mlp.shared_expert.down_proj.weight", proj(is, 1.2), H, is)
+			add(p+"mlp.shared_expert_gate.weight", proj(H, 1), 1, H)
+			continue
+		}
 		add(p+"mlp.gate_proj.weight", proj(H, 0.6), q.Intermediate, H)
 		add(p+"mlp.up_proj.weight", proj(H, 0.6), q.Intermediate, H)
 		add(p+"mlp.down_proj.weight", proj(q.Intermediate, 1.2), H, q.Intermediate)
@@ -159,12 +214,11 @@ func (q Qwen35) tensors() []spec {
 }
 
 func (q Qwen35) config() map[string]any {
-	return map[string]any{
+	cfg := map[string]any{
 		"architectures":           []string{"Qwen3_5ForCausalLM"},
 		"model_type":              "qwen3_5_text",
 		"vocab_size":              q.Vocab,
 		"hidden_size":             q.Hidden,
-		"intermediate_size":       q.Intermediate,
 		"num_hidden_layers":       q.Layers,
 		"num_attention_heads":     q.Heads,
 		"num_key_value_heads":     q.KVHeads,
@@ -187,6 +241,17 @@ func (q Qwen35) config() map[string]any {
 		},
 		"torch_dtype": string(q.DType),
 	}
+	if q.Experts > 0 {
+		cfg["architectures"] = []string{"Qwen3_5MoeForCausalLM"}
+		cfg["model_type"] = "qwen3_5_moe_text"
+		cfg["num_experts"] = q.Experts
+		cfg["num_experts_per_tok"] = q.TopK
+		cfg["moe_intermediate_size"] = q.ExpertSize
+		cfg["shared_expert_intermediate_size"] = q.SharedSize
+	} else {
+		cfg["intermediate_size"] = q.Intermediate
+	}
+	return cfg
 }
 
 // Write writes config.json and model.safetensors into dir (created).

@@ -2,8 +2,11 @@ package synth
 
 import (
 	"bytes"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/specula-dev/specula/loader"
@@ -100,5 +103,67 @@ func TestReleasedShapes(t *testing.T) {
 	}
 	if _, err := Qwen35Shape("5B", 0); err == nil {
 		t.Fatalf("an unknown size was accepted")
+	}
+}
+
+// A mixture-of-experts target: every layer's MLP is the sparse block with
+// fused experts, and the config names the MoE architecture and sizes.
+func TestWritesMoECheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	q := tinyTarget()
+	q.Experts, q.TopK, q.ExpertSize, q.SharedSize = 4, 2, 16, 24
+	if err := q.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := loader.OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	// Per layer the 3 dense MLP tensors become 7: router, fused experts
+	// (2), shared expert (3), shared-expert gate.
+	if got, want := len(ck.Tensors()), 3*18+15+2; got != want {
+		t.Fatalf("%d tensors, want %d", got, want)
+	}
+	if ck.Config == nil || ck.Config.Architecture != "Qwen3_5MoeForCausalLM" {
+		t.Fatalf("config %+v", ck.Config)
+	}
+	info, _ := ck.Tensor("model.layers.2.mlp.experts.gate_up_proj")
+	if got := fmt.Sprint(info.Shape); got != "[4 32 32]" {
+		t.Fatalf("fused experts %s, want [E, 2·Ie, H] = [4 32 32]", got)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"num_experts": 4`, `"num_experts_per_tok": 2`, `"moe_intermediate_size": 16`, `"shared_expert_intermediate_size": 24`, `"model_type": "qwen3_5_moe_text"`} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("config.json lacks %s", want)
+		}
+	}
+	if strings.Contains(string(cfg), "intermediate_size\": 64") {
+		t.Errorf("an MoE config.json carries the dense intermediate_size")
+	}
+	// A token reads 2 of the 4 experts of each layer: half the expert
+	// weights, 4 layers × 2 experts × 3·16·32.
+	if d := q.Params() - q.ActiveParams(); d != 4*2*3*16*32 {
+		t.Errorf("Params − ActiveParams = %d, want the unread experts %d", d, 4*2*3*16*32)
+	}
+}
+
+// The released sizes' totals and per-token counts agree with their names.
+func TestMoEShapesMatchTheirNames(t *testing.T) {
+	for _, c := range []struct {
+		size          string
+		total, active float64 // billions, as named
+	}{{"35B-A3B", 35, 3}, {"122B-A10B", 122, 10}, {"397B-A17B", 397, 17}} {
+		q, err := Qwen35Shape(c.size, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total, active := float64(q.Params())/1e9, float64(q.ActiveParams())/1e9
+		if math.Abs(total-c.total)/c.total > 0.02 || math.Abs(active-c.active)/c.active > 0.12 {
+			t.Errorf("%s: %.2fB parameters, %.2fB active", c.size, total, active)
+		}
 	}
 }
