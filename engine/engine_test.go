@@ -36,17 +36,25 @@ func loadReference(t *testing.T, name string) reference {
 	return r
 }
 
-// writeManifest writes a manifest for the fixture target and, when draft is
-// not "", the fixture draft of that name.
+// writeManifest writes a manifest for the qwen35-tiny target and, when
+// draft is not "", the fixture draft of that name.
 func writeManifest(t *testing.T, draft string, extra string) string {
 	t.Helper()
+	return writeManifestFor(t, "qwen35-tiny", draft, extra)
+}
+
+// writeManifestFor writes a manifest for the fixture target and, when draft
+// is not "", the fixture draft of that name (a DFlash2 draft, dflash2-*,
+// declares the selector).
+func writeManifestFor(t *testing.T, target, draft, extra string) string {
+	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "schema = 1\nname = \"test\"\n[target]\npath = %q\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n", fixtures.Dir(t, "qwen35-tiny"))
-	switch draft {
-	case "dflash-tiny":
-		fmt.Fprintf(&b, "[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n", fixtures.Dir(t, draft))
-	case "dflash2-tiny":
+	fmt.Fprintf(&b, "schema = 1\nname = \"test\"\n[target]\npath = %q\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n", fixtures.Dir(t, target))
+	switch {
+	case strings.HasPrefix(draft, "dflash2"):
 		fmt.Fprintf(&b, "[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\", \"selector\"]\n", fixtures.Dir(t, draft))
+	case draft != "":
+		fmt.Fprintf(&b, "[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n", fixtures.Dir(t, draft))
 	}
 	b.WriteString(extra)
 	path := filepath.Join(t.TempDir(), "m.toml")
@@ -67,9 +75,11 @@ func load(t *testing.T, manifest string) *engine.Engine {
 
 // The fixture target's greedy continuation through the whole engine (load,
 // prefill, pipelined plain decode) equals transformers' greedy_ids.
-func TestPlainGreedyMatchesFixture(t *testing.T) {
-	ref := loadReference(t, "qwen35-tiny")
-	e := load(t, writeManifest(t, "", ""))
+func TestPlainGreedyMatchesFixture(t *testing.T) { plainGreedyMatchesFixture(t, "qwen35-tiny") }
+
+func plainGreedyMatchesFixture(t *testing.T, target string) {
+	ref := loadReference(t, target)
+	e := load(t, writeManifestFor(t, target, "", ""))
 	var streamed []int32
 	resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: len(ref.GreedyIDs)}, func(tok engine.Token) error {
 		streamed = append(streamed, tok.ID)
@@ -90,11 +100,19 @@ func TestPlainGreedyMatchesFixture(t *testing.T) {
 // and many prompts (the fixture drafts are random, so most drafts are
 // rejected: rollback runs every round).
 func TestSpeculativeGreedyEqualsPlain(t *testing.T) {
-	ref := loadReference(t, "qwen35-tiny")
-	plain := load(t, writeManifest(t, "", ""))
-	for _, draft := range []string{"dflash-tiny", "dflash2-tiny"} {
+	speculativeGreedyEqualsPlain(t, "qwen35-tiny", "dflash-tiny", "dflash2-tiny")
+}
+
+// speculativeGreedyEqualsPlain checks speculative greedy output against
+// plain greedy output of the target fixture with each draft fixture, over
+// 20 prompts and budgets, and returns the drafts' totals.
+func speculativeGreedyEqualsPlain(t *testing.T, target string, drafts ...string) map[string]speculation.Stats {
+	ref := loadReference(t, target)
+	plain := load(t, writeManifestFor(t, target, "", ""))
+	totals := map[string]speculation.Stats{}
+	for _, draft := range drafts {
 		t.Run(draft, func(t *testing.T) {
-			spec := load(t, writeManifest(t, draft, "[speculation]\nmax_depth = 7\n"))
+			spec := load(t, writeManifestFor(t, target, draft, "[speculation]\nmax_depth = 7\n"))
 			for i := range 20 {
 				prompt := ref.PromptIDs[i%4 : 4+i]
 				budget := 4 + (i*7)%29
@@ -110,11 +128,14 @@ func TestSpeculativeGreedyEqualsPlain(t *testing.T) {
 					t.Fatalf("prompt %d: speculative %v, plain %v", i, got.IDs, want.IDs)
 				}
 			}
-			if st := spec.Totals(); st.DraftRounds == 0 {
+			st := spec.Totals()
+			if st.DraftRounds == 0 {
 				t.Fatalf("no drafting round ran over 20 prompts: %+v", st)
 			}
+			totals[draft] = st
 		})
 	}
+	return totals
 }
 
 // An id in the stop list ends generation without being emitted.
@@ -133,8 +154,12 @@ func TestStopIDs(t *testing.T) {
 
 // Seeded sampling is reproducible and, with a draft, still a valid run.
 func TestSeededSamplingIsReproducible(t *testing.T) {
-	ref := loadReference(t, "qwen35-tiny")
-	e := load(t, writeManifest(t, "dflash-tiny", "[sampling]\ntemperature = 0.9\ntop_p = 0.95\n"))
+	seededSamplingIsReproducible(t, "qwen35-tiny", "dflash-tiny")
+}
+
+func seededSamplingIsReproducible(t *testing.T, target, draft string) {
+	ref := loadReference(t, target)
+	e := load(t, writeManifestFor(t, target, draft, "[sampling]\ntemperature = 0.9\ntop_p = 0.95\n"))
 	seed := uint64(7)
 	run := func() []int32 {
 		resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: 16, Seed: &seed}, nil)
@@ -202,7 +227,11 @@ func TestWeightlessBuiltInDraftReportsItsMissingTensors(t *testing.T) {
 // draft but the greedy token is rejected and the residual is the greedy
 // token. top-p 1 is top-p off: the same seed gives the same tokens.
 func TestDegenerateSamplingEqualsGreedy(t *testing.T) {
-	ref := loadReference(t, "qwen35-tiny")
+	degenerateSamplingEqualsGreedy(t, "qwen35-tiny", "dflash-tiny", "dflash2-tiny")
+}
+
+func degenerateSamplingEqualsGreedy(t *testing.T, target string, drafts ...string) {
+	ref := loadReference(t, target)
 	f := func(x float32) *float32 { return &x }
 	k1 := 1
 	seed := uint64(3)
@@ -217,9 +246,9 @@ func TestDegenerateSamplingEqualsGreedy(t *testing.T) {
 		{"temperature 1e-45", engine.Request{Temperature: f(1e-45)}},
 		{"temperature 1e-45 with top-k 3", engine.Request{Temperature: f(1e-45), TopK: &[]int{3}[0]}},
 	}
-	engines := map[string]*engine.Engine{"plain": load(t, writeManifest(t, "", ""))}
-	for _, draft := range []string{"dflash-tiny", "dflash2-tiny"} {
-		engines[draft] = load(t, writeManifest(t, draft, "[speculation]\nmax_depth = 7\n"))
+	engines := map[string]*engine.Engine{"plain": load(t, writeManifestFor(t, target, "", ""))}
+	for _, draft := range drafts {
+		engines[draft] = load(t, writeManifestFor(t, target, draft, "[speculation]\nmax_depth = 7\n"))
 	}
 	for _, c := range cases {
 		for name, e := range engines {

@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """Make the MLX-format fixtures: mlx_lm.convert (with and without -q) run on
-the tiny Qwen3.5 fixture, and mlx-lm's own outputs on each conversion as the
-expected values (float32 compute on the CPU).
+a tiny Qwen3.5 fixture (dense or MoE), and mlx-lm's own outputs on each
+conversion as the expected values (float32 compute on the CPU).
 
     PY="$(scripts/mlx-lm-venv.sh)"
     "$PY" scripts/make_mlx_fixtures.py testdata/fixtures/qwen35-tiny OUT_DIR
+    "$PY" scripts/make_mlx_fixtures.py testdata/fixtures/qwen35moe-tiny OUT_DIR
 
-For every variant below, OUT_DIR/qwen35-tiny-mlx[-<variant>]/ gets what
+For every variant below (MOE_VARIANTS for the MoE fixture), OUT_DIR/
+<fixture>-mlx[-<variant>]/ gets what
 mlx_lm.convert wrote (config.json, model.safetensors,
 model.safetensors.index.json; the throwaway tokenizer and the model card are
 dropped) and reference.safetensors: prompt_ids [T] int32, logits [T, V] float32
 (one uncached forward of the prompt), greedy_ids [N] int32 (greedy decoding
 with mlx-lm's cache). The source differs from the fixture in one field:
-model_type "qwen3_5" (mlx-lm has no "qwen3_5_text"), and it gets a tiny
-word-level tokenizer because mlx_lm.convert insists on one.
+model_type "qwen3_5" or "qwen3_5_moe" (mlx-lm has no "qwen3_5_text" or
+"qwen3_5_moe_text"), and it gets a tiny word-level tokenizer because
+mlx_lm.convert insists on one.
 """
 import json
 import shutil
@@ -44,6 +47,12 @@ VARIANTS = {
     "mxfp8": dict(quantize=True, q_mode="mxfp8"),
     "q4-bf16": dict(quantize=True, q_bits=4, q_group_size=64, dtype="bfloat16"),
 }
+# The MoE fixture (hidden 64, expert width 32): groups of 32 fit every
+# expert projection; mlx-lm itself keeps the router and the shared-expert
+# gate at 8 bits, group 64 (per-module overrides in config.json).
+MOE_VARIANTS = {
+    "q4-g32": dict(quantize=True, q_bits=4, q_group_size=32),
+}
 GREEDY_TOKENS = 32
 KEEP = {"config.json", "model.safetensors", "model.safetensors.index.json"}
 
@@ -62,7 +71,7 @@ def tiny_tokenizer(dst: Path, vocab: int):
 def source(fixture: Path) -> Path:
     src = Path(tempfile.mkdtemp(prefix="qwen35-src-"))
     cfg = json.loads((fixture / "config.json").read_text())
-    cfg["model_type"] = "qwen3_5"
+    cfg["model_type"] = "qwen3_5_moe" if "moe" in cfg["model_type"] else "qwen3_5"
     (src / "config.json").write_text(json.dumps(cfg, indent=2))
     shutil.copy(fixture / "model.safetensors", src / "model.safetensors")
     tiny_tokenizer(src, cfg["vocab_size"])
@@ -84,9 +93,10 @@ def main():
     fixture, out = Path(sys.argv[1]), Path(sys.argv[2])
     prompt = json.loads((fixture / "reference.json").read_text())["prompt_ids"]
     src = source(fixture)
+    moe = "moe" in json.loads((src / "config.json").read_text())["model_type"]
     try:
-        for name, args in VARIANTS.items():
-            dst = out / ("qwen35-tiny-mlx" + (f"-{name}" if name else ""))
+        for name, args in (MOE_VARIANTS if moe else VARIANTS).items():
+            dst = out / (fixture.name + "-mlx" + (f"-{name}" if name else ""))
             if dst.exists():
                 shutil.rmtree(dst)
             convert(str(src), str(dst), **args)

@@ -1,0 +1,83 @@
+// Package qwen35moe is the Qwen3.5 mixture-of-experts target
+// (spec/qwen35.md section 9): the hybrid decoder of package qwen35 — gated
+// delta-net and gated attention layers, unchanged and not copied — with
+// every layer's MLP replaced by a sparse block: a softmax router choosing
+// num_experts_per_tok of num_experts SwiGLU experts per token, weighted by
+// their renormalised probabilities, plus a shared expert scaled by a
+// sigmoid gate. The experts run as MLX gather matmuls (gather_mm, or
+// gather_qmm for quantized MLX checkpoints) over stacked expert weights.
+//
+// It registers Qwen3_5MoeForCausalLM and Qwen3_5MoeForConditionalGeneration
+// with the dense target's capabilities (model, draft-target), so DFlash and
+// DFlash2 drafts run against it unchanged.
+//
+// Files: config.go reads the sparse block's fields of config.json;
+// weights.go binds the block from any of its checkpoint layouts; moe.go is
+// the block's forward.
+package qwen35moe
+
+import (
+	"errors"
+	"path/filepath"
+
+	"github.com/specula-dev/specula/arch/qwen35"
+	"github.com/specula-dev/specula/loader"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/model"
+	"github.com/specula-dev/specula/registry"
+)
+
+func init() {
+	for _, name := range []string{"Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"} {
+		registry.RegisterTarget(name, nil, New)
+	}
+}
+
+// Model is a Qwen3.5 MoE text decoder: a qwen35.Model (whose methods it
+// has: Forward, caches, taps, embeddings, LoadWeights) built with the sparse
+// block as its MLP. Build it with New, then LoadWeights.
+type Model struct {
+	*qwen35.Model
+	cfg *Config
+}
+
+var (
+	_ model.DraftTarget  = (*Model)(nil)
+	_ model.WeightHolder = (*Model)(nil)
+)
+
+// New parses the checkpoint's config.json (including an MLX quantization
+// section) and returns a weightless model computing in rc.DType.
+func New(rc registry.Config) (*Model, error) {
+	cfg, err := ParseConfig(rc.JSON)
+	if err != nil {
+		return nil, err
+	}
+	quant, err := loader.ParseQuantization(filepath.Join(rc.Dir, "config.json"), rc.JSON)
+	if err != nil {
+		return nil, err
+	}
+	return NewFromConfig(cfg, quant, rc.DType)
+}
+
+// NewFromConfig returns a weightless model for a parsed config, for a
+// checkpoint whose config.json has the quantization section quant (nil when
+// none).
+func NewFromConfig(cfg *Config, quant *loader.Quantization, dtype mlx.DType) (*Model, error) {
+	m, err := qwen35.NewHybrid(cfg.Config, quant, dtype, bindMLP(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return &Model{Model: m, cfg: cfg}, nil
+}
+
+// Config returns the model's configuration.
+func (m *Model) Config() *Config { return m.cfg }
+
+// errNoExport is ExportMLX's answer: writing the MoE layout (switch_mlp,
+// the router at 8 bits) is not implemented.
+var errNoExport = errors.New("qwen35moe: `specula quantize` does not write Qwen3.5 MoE checkpoints yet; convert with mlx_lm.convert (its output loads unchanged)")
+
+// ExportMLX refuses: the dense Qwen3.5 export it would otherwise inherit
+// does not know the sparse block's layout.
+func (m *Model) ExportMLX(map[string]*mlx.Array) (*loader.MLXModel, error) { return nil, errNoExport }
