@@ -173,16 +173,18 @@ func LoadEmbedding(tensors map[string]*mlx.Array, path string, quant *loader.Qua
 	return &Embedding{Table: l, DType: dtype}, used, nil
 }
 
-// support caches CheckQuantSupport's answers per device and parameters.
+// support caches CheckQuantSupport's and CheckGatherSupport's answers per
+// device and parameters.
 var support = struct {
 	sync.Mutex
 	m map[supportKey]error
 }{m: map[supportKey]error{}}
 
 type supportKey struct {
-	dev   mlx.Device
-	q     mlx.Quant
-	dtype mlx.DType
+	dev    mlx.Device
+	q      mlx.Quant
+	dtype  mlx.DType
+	gather bool // CheckGatherSupport's question
 }
 
 // CheckQuantSupport reports whether the current device's MLX backend runs q
@@ -194,23 +196,51 @@ type supportKey struct {
 // It must run on the MLX worker, and evaluates: call it before building
 // graphs whose pending errors would be consumed.
 func CheckQuantSupport(q mlx.Quant, dtype mlx.DType) error {
-	dev := mlx.CurrentDevice()
+	return checkSupport(supportKey{mlx.CurrentDevice(), q, dtype, false}, func() error { return probe(q, dtype) },
+		func(backend string) string {
+			return fmt.Sprintf("quantization %s is not supported with %s activations by MLX %s's %s backend", q, dtype, mlx.Version(), backend)
+		})
+}
+
+// CheckGatherSupport reports, as CheckQuantSupport does and cached alike,
+// whether the current device's MLX backend runs the gathered expert
+// products of Linear.Gather with operands in dtype: gather_mm for dense
+// stacked weights (q zero), gather_qmm for weights quantized with q, with
+// unsorted and sorted indices. (MLX 0.32.4's CPU backend runs gather_mm in
+// float32 only.)
+func CheckGatherSupport(q mlx.Quant, dtype mlx.DType) error {
+	return checkSupport(supportKey{mlx.CurrentDevice(), q, dtype, true}, func() error { return probeGather(q, dtype) },
+		func(backend string) string {
+			op := "gather_mm"
+			if !q.IsZero() {
+				op = "gather_qmm (" + q.String() + ")"
+			}
+			return fmt.Sprintf("expert products (%s) with %s operands are not supported by MLX %s's %s backend", op, dtype, mlx.Version(), backend)
+		})
+}
+
+func checkSupport(key supportKey, probe func() error, what func(backend string) string) error {
 	support.Lock()
 	defer support.Unlock()
-	key := supportKey{dev, q, dtype}
 	if err, ok := support.m[key]; ok {
 		return err
 	}
-	err := probe(q, dtype)
+	err := probe()
 	if err != nil {
 		backend := "CPU"
-		if dev == mlx.GPU {
+		if key.dev == mlx.GPU {
 			backend = "GPU (CUDA)"
 		}
-		err = fmt.Errorf("quantization %s is not supported with %s activations by MLX %s's %s backend: %v", q, dtype, mlx.Version(), backend, err)
+		err = fmt.Errorf("%s: %v", what(backend), err)
 	}
 	support.m[key] = err
 	return err
+}
+
+// probeMatrix is a small [out, in] weight in dtype for the probes.
+func probeMatrix(out, in int, dtype mlx.DType) *mlx.Array {
+	w := mlx.Reshape(mlx.Arange(0, float64(out*in), 1, mlx.Float32), out, in)
+	return cast(mlx.MultiplyScalar(mlx.Sin(w), 0.1), dtype)
 }
 
 func probe(q mlx.Quant, dtype mlx.DType) error {
@@ -218,13 +248,28 @@ func probe(q mlx.Quant, dtype mlx.DType) error {
 		return err
 	}
 	const out, in = 32, 128
-	w := mlx.Reshape(mlx.Arange(0, out*in, 1, mlx.Float32), out, in)
-	w = cast(mlx.MultiplyScalar(mlx.Sin(w), 0.1), dtype)
-	wq, s, b := mlx.Quantize(w, q)
+	wq, s, b := mlx.Quantize(probeMatrix(out, in, dtype), q)
 	x1 := mlx.Ones(dtype, 1, in)
 	x8 := mlx.Ones(dtype, 8, in)
 	return mlx.Eval(
 		mlx.QuantizedMatmul(x1, wq, s, b, q, true),
 		mlx.QuantizedMatmul(x8, wq, s, b, q, true),
 		mlx.Dequantize(wq, s, b, q, dtype))
+}
+
+func probeGather(q mlx.Quant, dtype mlx.DType) error {
+	const experts, out, in = 4, 32, 128
+	w := mlx.Reshape(probeMatrix(experts*out, in, dtype), experts, out, in)
+	l := Dense(w, nil)
+	if !q.IsZero() {
+		if err := q.Validate(); err != nil {
+			return err
+		}
+		wq, s, b := mlx.Quantize(w, q)
+		l = &Linear{Weight: wq, Scales: s, Biases: b, Quant: q}
+	}
+	x := mlx.Ones(dtype, 3, 1, in)
+	return mlx.Eval(
+		l.Gather(x, mlx.FromInt32s([]int32{2, 0, 3}, 3), false),
+		l.Gather(x, mlx.FromInt32s([]int32{0, 1, 1}, 3), true))
 }

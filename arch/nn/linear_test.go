@@ -249,3 +249,21 @@ func TestCheckQuantSupportOnThisBackend(t *testing.T) {
 		}
 	})
 }
+
+func TestCheckGatherSupportOnThisBackend(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		q4 := mlx.Quant{Mode: mlx.Affine, Bits: 4, GroupSize: 64}
+		// MLX 0.32.4's CPU backend: gather_mm in float32 only, gather_qmm
+		// with bfloat16 activations too (measured).
+		t.NoErr(nn.CheckGatherSupport(mlx.Quant{}, mlx.Float32))
+		t.NoErr(nn.CheckGatherSupport(q4, mlx.Float32))
+		if mlx.CurrentDevice() != mlx.CPU {
+			return // what the GPU backends run in bfloat16 is not known here
+		}
+		t.NoErr(nn.CheckGatherSupport(q4, mlx.BFloat16))
+		err := nn.CheckGatherSupport(mlx.Quant{}, mlx.BFloat16)
+		if err == nil || !strings.Contains(err.Error(), "expert products (gather_mm) with bfloat16 operands are not supported by MLX 0.32.4's CPU backend") {
+			t.Fatalf("error %v, want one naming gather_mm, the dtype and the backend", err)
+		}
+	})
+}

@@ -39,6 +39,9 @@ func init() {
 type Model struct {
 	*qwen35.Model
 	cfg *Config
+	// unsupported is what binding found the device's MLX backend cannot
+	// run: the experts' products in the compute dtype (nil when it can).
+	unsupported error
 }
 
 var (
@@ -64,11 +67,30 @@ func New(rc registry.Config) (*Model, error) {
 // checkpoint whose config.json has the quantization section quant (nil when
 // none).
 func NewFromConfig(cfg *Config, quant *loader.Quantization, dtype mlx.DType) (*Model, error) {
-	m, err := qwen35.NewHybrid(cfg.Config, quant, dtype, bindMLP(cfg))
+	m := &Model{cfg: cfg}
+	hybrid, err := qwen35.NewHybrid(cfg.Config, quant, dtype, m.bindMLP)
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Model: m, cfg: cfg}, nil
+	m.Model = hybrid
+	return m, nil
+}
+
+// LoadWeights binds the checkpoint's tensors as qwen35.Model.LoadWeights
+// does, with the sparse block in every layer. A device whose MLX backend
+// cannot run the experts' products in the compute dtype (MLX's CPU backend
+// runs dense gather_mm in float32 only) fails it with an error saying so,
+// at load rather than at the first forward.
+func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
+	m.unsupported = nil
+	if err := m.Model.LoadWeights(tensors); err != nil {
+		return err
+	}
+	if m.unsupported != nil {
+		m.Free()
+		return m.unsupported
+	}
+	return nil
 }
 
 // Config returns the model's configuration.

@@ -25,22 +25,28 @@ import (
 // shared expert mlp.shared_expert.* and its gate mlp.shared_expert_gate
 // have the same names everywhere.
 
-// bindMLP returns the qwen35.MLPBinder of cfg's sparse block.
-func bindMLP(cfg *Config) qwen35.MLPBinder {
-	return func(b *qwen35.Binder, p string) qwen35.MLP {
-		H, E, is := cfg.HiddenSize, cfg.NumExperts, cfg.SharedSize
-		in := b.Stack(
-			b.Linear(p+"gate", "router: num_experts × hidden_size", E, H),
-			b.Linear(p+"shared_expert_gate", "1 × hidden_size", 1, H),
-			b.Linear(p+"shared_expert.gate_proj", "shared_expert_intermediate_size × hidden_size", is, H),
-			b.Linear(p+"shared_expert.up_proj", "shared_expert_intermediate_size × hidden_size", is, H))
-		sharedDown := b.KeepLinear(b.Linear(p+"shared_expert.down_proj", "hidden_size × shared_expert_intermediate_size", H, is))
-		gateUp, down := bindExperts(b, cfg, p)
-		if in == nil || sharedDown == nil || gateUp == nil || down == nil {
-			return nil
-		}
-		return &sparseMoE{cfg: cfg, in: in, sharedDown: sharedDown, gateUp: gateUp, down: down}
+// bindMLP is the model's qwen35.MLPBinder: it binds one layer's sparse
+// block, and records in m.unsupported when the backend cannot run its
+// experts' products in the compute dtype.
+func (m *Model) bindMLP(b *qwen35.Binder, p string) qwen35.MLP {
+	cfg := m.cfg
+	H, E, is := cfg.HiddenSize, cfg.NumExperts, cfg.SharedSize
+	in := b.Stack(
+		b.Linear(p+"gate", "router: num_experts × hidden_size", E, H),
+		b.Linear(p+"shared_expert_gate", "1 × hidden_size", 1, H),
+		b.Linear(p+"shared_expert.gate_proj", "shared_expert_intermediate_size × hidden_size", is, H),
+		b.Linear(p+"shared_expert.up_proj", "shared_expert_intermediate_size × hidden_size", is, H))
+	sharedDown := b.KeepLinear(b.Linear(p+"shared_expert.down_proj", "hidden_size × shared_expert_intermediate_size", H, is))
+	gateUp, down := bindExperts(b, cfg, p)
+	if in == nil || sharedDown == nil || gateUp == nil || down == nil {
+		return nil
 	}
+	for _, l := range []*nn.Linear{gateUp, down} {
+		if err := nn.CheckGatherSupport(l.Quant, b.DType()); err != nil && m.unsupported == nil {
+			m.unsupported = fmt.Errorf("qwen35moe: %s: %w; compute in float32 there (the manifest's [target] dtype = \"float32\", which \"auto\" picks on the CPU)", p+"experts", err)
+		}
+	}
+	return &sparseMoE{cfg: cfg, in: in, sharedDown: sharedDown, gateUp: gateUp, down: down}
 }
 
 // bindExperts binds the routed experts under p (a layer's "…mlp.") in

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/specula-dev/specula/arch/qwen35"
 	"github.com/specula-dev/specula/arch/qwen35/qwen35test"
 	"github.com/specula-dev/specula/arch/qwen35moe"
+	"github.com/specula-dev/specula/internal/fixtures"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/mlx/mlxtest"
 	"github.com/specula-dev/specula/registry"
@@ -208,4 +211,32 @@ func TestParseConfig(t *testing.T) {
 	if err := parse(func(m map[string]any) { m["norm_topk_prob"] = false; delete(m, "intermediate_size") }); err != nil {
 		t.Errorf("norm_topk_prob false, no intermediate_size: %v", err)
 	}
+}
+
+// On the CPU, MLX runs dense gather_mm in float32 only: a bfloat16 model
+// with dense experts fails at load with a message saying what to use,
+// while quantized experts (gather_qmm) load in bfloat16.
+func TestCPUExpertsNeedFloat32(t *testing.T) {
+	f := qwen35test.Load(t, "qwen35moe-tiny")
+	q4 := fixtures.Dir(t, "qwen35moe-tiny-mlx-q4-g32")
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			t.Skip("a limit of MLX's CPU backend")
+		}
+		v, _, err := registry.Default.Build(f.Arch, registry.Config{Dir: f.Dir, JSON: f.Config, DType: mlx.BFloat16})
+		t.NoErr(err)
+		err = v.(*qwen35moe.Model).LoadWeights(f.Tensors(t))
+		if err == nil || !strings.Contains(err.Error(), "expert products (gather_mm) with bfloat16 operands are not supported") || !strings.Contains(err.Error(), `dtype = "float32"`) {
+			t.Fatalf("LoadWeights in bfloat16 = %v; want the gather_mm limit and the fix", err)
+		}
+		t.Log(err)
+
+		raw, err := os.ReadFile(filepath.Join(q4, "config.json"))
+		t.NoErr(err)
+		v, _, err = registry.Default.Build(f.Arch, registry.Config{Dir: q4, JSON: raw, DType: mlx.BFloat16})
+		t.NoErr(err)
+		m := v.(*qwen35moe.Model)
+		t.NoErr(m.LoadWeights(fixtures.Arrays(t, q4, "model.safetensors")))
+		m.Free()
+	})
 }
