@@ -111,3 +111,61 @@ func TestBLASThreadsPerProduct(t *testing.T) {
 		})
 	}
 }
+
+// Products x·Wᵀ of at most 16 rows (decode, verification and draft rows
+// against a weight in checkpoint layout) are computed by the shim's own
+// kernel: values as a float64 reference within 1e-5 relative (plus k·1e-6
+// absolute), every row
+// bit-identical to the same row multiplied alone (so a decode step and a
+// verification agree exactly on the products), and 17 rows left to the BLAS.
+// The portable path (CPUs without AVX2 and FMA) is run in a child process
+// with SPECULA_SMALL_ROWS=portable; SPECULA_SMALL_ROWS=0 turns the kernel off.
+func TestSmallRowProducts(t *testing.T) {
+	if os.Getenv("SPECULA_BLAS") != "" {
+		t.Skipf("SPECULA_BLAS=%s leaves every product to the chosen library", os.Getenv("SPECULA_BLAS"))
+	}
+	if os.Getenv("SPECULA_BLAS_CHILD") != "rows" {
+		for _, mode := range []string{"portable", "0"} {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSmallRowProducts$", "-test.v")
+			cmd.Env = append(os.Environ(), "SPECULA_BLAS_CHILD=rows", "SPECULA_SMALL_ROWS="+mode)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "--- PASS: TestSmallRowProducts") {
+				t.Fatalf("child with SPECULA_SMALL_ROWS=%s: %v\n%s", mode, err, out)
+			}
+		}
+	}
+	off := os.Getenv("SPECULA_SMALL_ROWS") == "0"
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRand(t)
+		for _, k := range []int{384, 37} { // 37: a remainder after the 8-lane part
+			w := randTensor(r, 50, k).roundF32()
+			wm := w.mlx()
+			for _, m := range []int{1, 2, 3, 4, 5, 8, 13, 16, 17} {
+				x := randTensor(r, m, k).roundF32()
+				before := mlx.SmallRowProducts()
+				got := mlx.Linear(x.mlx(), wm)
+				want := matmulRef(x, transposeRef(w))
+				// float32 sums of k products of N(0, 1) values: an absolute
+				// error of k·1e-6 allows for cancellation near zero.
+				check(t, fmt.Sprintf("[%d, %d]·[50, %d]ᵀ", m, k, k), got, want, 1e-5, float64(k)*1e-6)
+				served := mlx.SmallRowProducts() - before
+				if off && served != 0 || !off && (m <= 16 && served != 1 || m > 16 && served != 0) {
+					t.Fatalf("%d rows: the shim's kernel served %d products (SPECULA_SMALL_ROWS=%q)", m, served, os.Getenv("SPECULA_SMALL_ROWS"))
+				}
+				if m > 16 || off {
+					continue
+				}
+				all := t.Float32s(got)
+				for i := range m {
+					row := &tensor{shape: []int{1, k}, data: x.data[i*k : (i+1)*k]}
+					alone := t.Float32s(mlx.Linear(row.mlx(), wm))
+					for j := range alone {
+						if alone[j] != all[i*50+j] {
+							t.Fatalf("%d rows, k %d: row %d column %d is %v in the batch and %v alone", m, k, i, j, all[i*50+j], alone[j])
+						}
+					}
+				}
+			}
+		}
+	})
+}

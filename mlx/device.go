@@ -39,6 +39,10 @@ func BLAS() string { return C.GoString(C.spx_blas_name()) }
 // product (0 before the first one, or with another BLAS).
 func lastBLASThreads() int { return int(C.spx_blas_last_threads()) }
 
+// smallRowProducts counts the CPU products of few rows that the shim
+// computed itself instead of the BLAS (shim/blas.cpp).
+func smallRowProducts() int { return int(C.spx_blas_small_row_products()) }
+
 // GPUAvailable reports whether this MLX build has a usable GPU backend.
 func GPUAvailable() bool {
 	mustWorker()

@@ -1,4 +1,7 @@
 package mlx
 
-// LastBLASThreads exposes lastBLASThreads to the package's external tests.
-var LastBLASThreads = lastBLASThreads
+// Exposed to the package's external tests.
+var (
+	LastBLASThreads  = lastBLASThreads
+	SmallRowProducts = smallRowProducts
+)

@@ -30,9 +30,28 @@
 // verification products (a few rows) run on one. A user who sets
 // OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS or OMP_NUM_THREADS, which
 // OpenBLAS also reads) gets exactly that instead.
+//
+// Few rows. A decode step (1 row), a verification (the drafts plus one) and a
+// block draft (its block and a few context rows) multiply a handful of
+// activation rows by each weight matrix. OpenBLAS's sgemm first packs the
+// weight into panels, a copy of the whole matrix per call: on go-tiny's
+// speculative rounds the packing (sgemm_incopy) took 36% of the process's CPU
+// time and the products themselves 12%. For x·Wᵀ with at most kSmallRows rows
+// (the layout of every linear layer: W [out, in] read through a transposed
+// view), the shim's own kernel instead streams each weight row once, straight from
+// the checkpoint layout, and takes every activation row's dot product with it
+// while it sits in L1. Each output element is one dot product summed in a
+// fixed order whatever the number of rows, so a row's result does not depend
+// on the rows beside it: a decode step and a verification agree bit for bit
+// on every such product. SPECULA_BLAS (any value) or SPECULA_SMALL_ROWS=0
+// leaves all products to the library.
 
 #include <dlfcn.h>
 #include <link.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <atomic>
 #include <cstdlib>
@@ -49,6 +68,8 @@ using dgemm_fn = void (*)(int, int, int, int, int, int, double, const double*, i
 using cgemm_fn = void (*)(int, int, int, int, int, int, const void*, const void*, int,
                           const void*, int, const void*, void*, int);
 using set_threads_fn = void (*)(int);
+// A few-rows kernel: (m, n, k, A, lda, W, ldw, C, ldc), see small_rows_avx2.
+using rows_fn = void (*)(int, int, int, const float*, int, const float*, int, float*, int);
 using get_threads_fn = int (*)(void);
 
 // kParallelMultiplyAdds is the size (m*n*k) from which a product runs on
@@ -67,7 +88,184 @@ struct blas_table {
   set_threads_fn set_threads = nullptr;
   get_threads_fn get_threads = nullptr;
   int max_threads = 1;
+  // Products of few rows go to this kernel (nullptr when SPECULA_BLAS chose
+  // the library).
+  rows_fn small_rows = nullptr;
 };
+
+// kSmallRows is the most activation rows the kernel takes. On go-tiny's
+// weights (every product of one forward, 61.8 MB, one thread's CPU time) it
+// took 8.9 ms at 8 rows against OpenBLAS's 14.4, 14.9 at 16 against 16.5,
+// and lost at 24 (22.1 against 18.5), where packing pays off.
+constexpr int kSmallRows = 16;
+
+std::atomic<long> small_row_products{0};
+
+// The kernel is C = A·Wᵀ for A [m, k] (row stride lda), W [n, k] (row
+// stride ldw), C [m, n] (row stride ldc), m ≤ kSmallRows. Each weight row is
+// streamed once while up to four activation rows take their dot products
+// with it. Every (i, j) is summed the same way, whatever m and whichever
+// block row i falls in: eight lanes over p in order (fused multiply-adds on
+// the AVX2 path), the remainder of p through masked lanes, then the lanes in
+// a fixed tree. The AVX2+FMA path is chosen once, by the CPU's features; the
+// portable path (the same loops in GCC vector types, -O3) serves other CPUs.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SPX_AVX2 __attribute__((target("avx2,fma")))
+
+SPX_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// rows_wt_avx2 takes R rows of A against one weight row w. With Ahead, it
+// prefetches the weight row two rows on, which keeps memory busy while
+// several rows compute; with one row the hardware prefetcher does better
+// alone. (The loops over R are unrolled so that the accumulators stay in
+// registers.)
+template <int R, bool Ahead>
+SPX_AVX2 inline void rows_wt_avx2(const float* __restrict a, int lda, const float* __restrict w,
+                                  int ldw, float* __restrict c, int ldc, int k, int k8,
+                                  __m256i tail) {
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; i++) {
+    acc[i] = _mm256_setzero_ps();
+  }
+  for (int p = 0; p < k8; p += 8) {
+    if (Ahead && (p & 15) == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + 2 * (size_t)ldw + p), _MM_HINT_T0);
+    }
+    const __m256 wv = _mm256_loadu_ps(w + p);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+      acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(a + (size_t)i * lda + p), wv, acc[i]);
+    }
+  }
+  if (k8 < k) {
+    const __m256 wv = _mm256_maskload_ps(w + k8, tail);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+      acc[i] = _mm256_fmadd_ps(_mm256_maskload_ps(a + (size_t)i * lda + k8, tail), wv, acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; i++) {
+    c[(size_t)i * ldc] = hsum8(acc[i]);
+  }
+}
+
+template <bool Ahead>
+SPX_AVX2 void rows_avx2(int m, int n, int k, const float* a, int lda, const float* w, int ldw,
+                        float* c, int ldc, __m256i tail) {
+  const int k8 = k / 8 * 8;
+  for (int j = 0; j < n; j++) {
+    const float* wj = w + (size_t)j * ldw;
+    float* cj = c + j;
+    int i = 0;
+    for (; i + 4 <= m; i += 4) {
+      rows_wt_avx2<4, Ahead>(a + (size_t)i * lda, lda, wj, ldw, cj + (size_t)i * ldc, ldc, k, k8, tail);
+    }
+    const float* ai = a + (size_t)i * lda;
+    float* ci = cj + (size_t)i * ldc;
+    switch (m - i) {
+      case 3: rows_wt_avx2<3, Ahead>(ai, lda, wj, ldw, ci, ldc, k, k8, tail); break;
+      case 2: rows_wt_avx2<2, Ahead>(ai, lda, wj, ldw, ci, ldc, k, k8, tail); break;
+      case 1: rows_wt_avx2<1, Ahead>(ai, lda, wj, ldw, ci, ldc, k, k8, tail); break;
+    }
+  }
+}
+
+SPX_AVX2 void small_rows_avx2(int m, int n, int k, const float* a, int lda, const float* w, int ldw,
+                              float* c, int ldc) {
+  alignas(32) int lanes[8];
+  for (int q = 0; q < 8; q++) {
+    lanes[q] = q < k % 8 ? -1 : 0;
+  }
+  const __m256i tail = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+  if (m >= 4) {
+    rows_avx2<true>(m, n, k, a, lda, w, ldw, c, ldc, tail);
+  } else {
+    rows_avx2<false>(m, n, k, a, lda, w, ldw, c, ldc, tail);
+  }
+}
+#endif
+
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+
+template <int R>
+inline void rows_wt_portable(const float* __restrict a, int lda, const float* __restrict w,
+                             float* __restrict c, int ldc, int k) {
+  typedef float lanes __attribute__((vector_size(32)));
+  const int k8 = k / 8 * 8;
+  lanes acc[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; i++) {
+    acc[i] = lanes{};
+  }
+  for (int p = 0; p < k8; p += 8) {
+    lanes wv;
+    std::memcpy(&wv, w + p, sizeof wv);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+      lanes av;
+      std::memcpy(&av, a + (size_t)i * lda + p, sizeof av);
+      acc[i] += av * wv;
+    }
+  }
+  for (int i = 0; i < R; i++) {
+    lanes av{}, wv{};
+    for (int p = k8; p < k; p++) {
+      av[p - k8] = a[(size_t)i * lda + p];
+      wv[p - k8] = w[p];
+    }
+    acc[i] += av * wv;
+    float t[8];
+    std::memcpy(t, &acc[i], sizeof t);
+    c[(size_t)i * ldc] = ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+  }
+}
+
+void small_rows_portable(int m, int n, int k, const float* a, int lda, const float* w, int ldw,
+                         float* c, int ldc) {
+  for (int j = 0; j < n; j++) {
+    const float* wj = w + (size_t)j * ldw;
+    int i = 0;
+    for (; i + 4 <= m; i += 4) {
+      rows_wt_portable<4>(a + (size_t)i * lda, lda, wj, c + (size_t)i * ldc + j, ldc, k);
+    }
+    for (; i < m; i++) {
+      rows_wt_portable<1>(a + (size_t)i * lda, lda, wj, c + (size_t)i * ldc + j, ldc, k);
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+// pick_small_rows chooses the kernel; SPECULA_SMALL_ROWS=0 turns it off (to
+// compare with the library) and =portable forces the portable path.
+rows_fn pick_small_rows() {
+  if (const char* e = std::getenv("SPECULA_SMALL_ROWS")) {
+    if (std::strcmp(e, "0") == 0) {
+      return nullptr;
+    }
+    if (std::strcmp(e, "portable") == 0) {
+      return small_rows_portable;
+    }
+  }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return small_rows_avx2;
+  }
+#endif
+  return small_rows_portable;
+}
+
+// CBLAS's codes for the arguments the kernel serves.
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
 blas_table table;
 std::once_flag table_once;
@@ -130,6 +328,7 @@ void load_table() {
     path = env;
   }
   if (env == nullptr) {
+    table.small_rows = pick_small_rows();
     std::string dir = mlx_dir();
     if (!dir.empty()) {
       path = dir + "/../../openblas/libscipy_openblas.so";
@@ -178,7 +377,15 @@ extern "C" {
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha,
                  const float* a, int lda, const float* b, int ldb, float beta,
                  float* c, int ldc) {
-  use_threads(blas(), double(m) * n * k);
+  const double mnk = double(m) * n * k;
+  if (blas().small_rows && order == kRowMajor && ta == kNoTrans && tb == kTrans && m >= 1 &&
+      m <= kSmallRows && n >= 1 && k >= 1 && alpha == 1.0f && beta == 0.0f &&
+      mnk < kParallelMultiplyAdds && lda >= k && ldb >= k && ldc >= n) {
+    blas().small_rows(m, n, k, a, lda, b, ldb, c, ldc);
+    small_row_products.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  use_threads(blas(), mnk);
   blas().sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -199,7 +406,14 @@ void cblas_cgemm(int order, int ta, int tb, int m, int n, int k, const void* alp
 // spx_blas_name says which BLAS serves the CPU matmuls, and how it is
 // threaded.
 const char* spx_blas_name(void) {
-  return blas().name.c_str();
+  static const std::string name =
+      blas().name + (blas().small_rows ? "; x·Wᵀ of at most 16 rows by the shim's own kernel" : "");
+  return name.c_str();
+}
+
+// spx_blas_small_row_products counts the products the few-rows kernel served.
+long spx_blas_small_row_products(void) {
+  return small_row_products.load(std::memory_order_relaxed);
 }
 
 // spx_blas_last_threads is the thread count OpenBLAS had for the most recent

@@ -136,6 +136,8 @@ const char* spx_blas_name(void);
 /* The thread count OpenBLAS had for the most recent CPU product (0 before
  * the first, or when the BLAS is not OpenBLAS). */
 int spx_blas_last_threads(void);
+/* How many CPU products the few-rows kernel of blas.cpp served. */
+long spx_blas_small_row_products(void);
 int spx_gpu_available(bool* out);
 int spx_default_stream(spx_stream* out, int device_type);
 int spx_new_stream(spx_stream* out, int device_type);
