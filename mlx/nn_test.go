@@ -1,6 +1,7 @@
 package mlx_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -33,26 +34,57 @@ func TestDepthwiseConv1d(t *testing.T) {
 	})
 }
 
+// RMSNorm over the last axis against a float64 reference, for a last axis
+// that fills whole 8-float groups (8) and one that does not (37), for a
+// contiguous input and for a transposed view, with and without a weight. On
+// the CPU a float32 norm is one graph node (shim/norm.cpp) equal to the bit
+// to MLX's own composition of the norm.
 func TestRMSNorm(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		r := newRand(t)
-		x := randTensor(r, 3, 8).roundF32()
-		w := randTensor(r, 8).roundF32()
 		const eps = 1e-6
-		want, plain := newTensor(3, 8), newTensor(3, 8)
-		for i := range 3 {
-			var ms float64
-			for j := range 8 {
-				ms += x.at(i, j) * x.at(i, j)
+		for _, D := range []int{8, 37} {
+			x := randTensor(r, 3, D).roundF32()
+			w := randTensor(r, D).roundF32()
+			want, plain := newTensor(3, D), newTensor(3, D)
+			for i := range 3 {
+				var ms float64
+				for j := range D {
+					ms += x.at(i, j) * x.at(i, j)
+				}
+				inv := 1 / math.Sqrt(ms/float64(D)+eps)
+				for j := range D {
+					plain.data[i*D+j] = x.at(i, j) * inv
+					want.data[i*D+j] = x.at(i, j) * inv * w.data[j]
+				}
 			}
-			inv := 1 / math.Sqrt(ms/8+eps)
-			for j := range 8 {
-				plain.data[i*8+j] = x.at(i, j) * inv
-				want.data[i*8+j] = x.at(i, j) * inv * w.data[j]
+			got := mlx.RMSNorm(x.mlx(), w.mlx(), eps)
+			if mlx.CurrentDevice() == mlx.CPU {
+				ops, err := mlx.GraphOps(got)
+				t.NoErr(err)
+				if len(ops) != 1 || ops["RMSNormCPU"] != 1 {
+					t.Fatalf("graph of a float32 RMSNorm on the CPU: %v, want one RMSNormCPU node", ops)
+				}
 			}
+			check(t, fmt.Sprintf("rms_norm D=%d", D), got, want, 1e-5, 1e-6)
+			// Bit for bit what MLX's fallback composes from ops (its
+			// x · rsqrt(mean(x²) + ε) · w), so models keep their values.
+			xm := x.mlx()
+			composed := mlx.Multiply(mlx.Multiply(xm, mlx.Rsqrt(mlx.AddScalar(mlx.Mean(mlx.Square(xm), true, -1), eps))), w.mlx())
+			g, c := t.Float32s(got), t.Float32s(composed)
+			for i := range g {
+				if g[i] != c[i] {
+					t.Fatalf("rms_norm D=%d: element %d is %v, MLX's composition gives %v", D, i, g[i], c[i])
+				}
+			}
+			check(t, fmt.Sprintf("rms_norm weightless D=%d", D), mlx.RMSNorm(x.mlx(), nil, eps), plain, 1e-5, 1e-6)
+			// The same rows read through a transposed view of [D, 3].
+			xt := mlx.Contiguous(mlx.Transpose(x.mlx(), 1, 0))
+			check(t, fmt.Sprintf("rms_norm of a view D=%d", D), mlx.RMSNorm(mlx.Transpose(xt, 1, 0), w.mlx(), eps), want, 1e-5, 1e-6)
+			// bfloat16 takes MLX's own op.
+			bf := mlx.AsType(mlx.RMSNorm(mlx.AsType(x.mlx(), mlx.BFloat16), mlx.AsType(w.mlx(), mlx.BFloat16), eps), mlx.Float32)
+			check(t, fmt.Sprintf("rms_norm bfloat16 D=%d", D), bf, want, 2e-2, 2e-2)
 		}
-		check(t, "rms_norm", mlx.RMSNorm(x.mlx(), w.mlx(), eps), want, 1e-5, 1e-6)
-		check(t, "rms_norm weightless", mlx.RMSNorm(x.mlx(), nil, eps), plain, 1e-5, 1e-6)
 	})
 }
 

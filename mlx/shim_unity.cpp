@@ -2,9 +2,10 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 552b8d8593a9e109c8dd9ca042525373
+// shim digest: f9a154ce6f84beeb9b9ded978c5b4011
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
 #include "shim/system.cpp"
 #include "shim/gdn.cpp"
+#include "shim/norm.cpp"

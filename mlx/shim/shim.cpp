@@ -16,6 +16,11 @@
 
 namespace mx = mlx::core;
 
+// One-node CPU kernels for ops that MLX composes from many nodes on the CPU
+// (norm.cpp); nothing when the call is not theirs.
+std::optional<mx::array> rms_norm_cpu(const mx::array& x, const std::optional<mx::array>& w,
+                                      float eps, const mx::Stream& s);
+
 namespace {
 
 thread_local std::string last_error;
@@ -700,7 +705,11 @@ int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
 int spx_rms_norm(spx_array* out, spx_array x, spx_array weight, float eps,
                  spx_stream s) {
   SPX_TRY
-  assign(out, mx::fast::rms_norm(arr(x), opt(weight), eps, stream(s)));
+  if (auto y = rms_norm_cpu(arr(x), opt(weight), eps, stream(s))) {
+    assign(out, std::move(*y));
+  } else {
+    assign(out, mx::fast::rms_norm(arr(x), opt(weight), eps, stream(s)));
+  }
   SPX_CATCH
 }
 
