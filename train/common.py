@@ -1,0 +1,160 @@
+"""Shared settings of the go-tiny recipe: presets, paths, seeding, logging.
+
+Every stage reads one preset. `full` is what the shipped family was trained
+with on one H200; `smoke` runs every stage on the CPU in about a minute with
+tiny shapes, so CI keeps the code alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|mask|>")
+EOT, MASK = SPECIAL_TOKENS
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Every number the recipe uses, so a run is described by its preset."""
+
+    name: str
+    # corpus
+    heldout_percent: int = 2           # packages whose hash falls below this go to held-out
+    corpus_limit_bytes: int = 0        # 0: the whole corpus (smoke: a small deterministic slice)
+    # tokenizer
+    vocab_size: int = 8192             # including the special tokens
+    # target (Qwen3_5ForCausalLM)
+    hidden: int = 384
+    layers: int = 8
+    heads: int = 6
+    kv_heads: int = 2
+    head_dim: int = 64
+    linear_key_heads: int = 3
+    linear_value_heads: int = 6
+    linear_head_dim: int = 64
+    intermediate: int = 800           # sized so the family fits 40 MB in bfloat16
+    seq_len: int = 512
+    batch: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    target_tokens: int = 52_000_000    # tokens seen (train until this many or the time budget)
+    target_seconds: float = 250.0      # wall-clock budget of the training loop
+    # regeneration
+    regen_sequences: int = 16384
+    prompt_len: int = 64
+    gen_len: int = 192
+    regen_batch: int = 2048
+    # drafts
+    draft_layers: int = 1
+    draft_intermediate: int = 768
+    block_size: int = 8
+    selector_rank: int = 64
+    top_k: int = 16
+    draft_batch: int = 32
+    anchors: int = 64
+    draft_lr: float = 1e-3
+    draft_seconds: float = 200.0
+    draft_steps: int = 1_000_000       # upper bound; time usually ends training first
+    selector_weight: float = 1.0
+    # evaluation
+    eval_prompts: int = 64
+    eval_gen: int = 128
+    device: str = "cuda"
+    seed: int = 20261203
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+FULL = Preset(name="full")
+
+SMOKE = replace(
+    FULL,
+    name="smoke",
+    heldout_percent=20,
+    corpus_limit_bytes=600_000,
+    vocab_size=512,
+    hidden=64,
+    layers=4,
+    heads=4,
+    kv_heads=2,
+    head_dim=16,
+    linear_key_heads=2,
+    linear_value_heads=4,
+    linear_head_dim=16,
+    intermediate=128,
+    draft_intermediate=96,
+    seq_len=64,
+    batch=4,
+    warmup_steps=2,
+    target_tokens=2_000,
+    target_seconds=60.0,
+    regen_sequences=32,
+    prompt_len=16,
+    gen_len=24,
+    regen_batch=16,
+    draft_batch=4,
+    anchors=8,
+    draft_seconds=60.0,
+    draft_steps=4,
+    selector_rank=8,
+    top_k=4,
+    eval_prompts=4,
+    eval_gen=16,
+    device="cpu",
+)
+
+PRESETS = {p.name: p for p in (FULL, SMOKE)}
+
+
+def preset(name: str, device: str | None = None) -> Preset:
+    if name not in PRESETS:
+        raise SystemExit(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    p = PRESETS[name]
+    return replace(p, device=device) if device else p
+
+
+def default_taps(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """z-lab's rule for the target layers a draft reads when none are given:
+    one draft layer reads the middle layer; n layers read n taps spread
+    evenly from layer 1 to layer L-3."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    span = num_target_layers - 4
+    return [round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+_start = time.monotonic()
+
+
+def log(msg: str) -> None:
+    """A progress line on stderr with the seconds since the process started."""
+    print(f"[{time.monotonic() - _start:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
