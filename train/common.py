@@ -60,7 +60,7 @@ class Preset:
     draft_batch: int = 32
     anchors: int = 64
     draft_lr: float = 1e-3
-    draft_seconds: float = 200.0
+    draft_seconds: float = 190.0
     draft_steps: int = 1_000_000       # upper bound; time usually ends training first
     selector_weight: float = 1.0
     # evaluation

@@ -1,0 +1,156 @@
+"""Stages 5 and 6: train a DFlash or DFlash2 draft against the frozen target.
+
+The data are the target's own greedy continuations (regenerated.npy). The
+target's tap features for every sequence are computed once and kept on the
+device; each step draws a batch of sequences and `anchors` random positions in
+each sequence's continuation, and trains every block at once with the
+published mask and position-decayed loss (draft_model.py).
+
+DFlash2 starts from the trained DFlash draft's backbone (its convolutions
+start as the identity, so it starts out computing exactly what DFlash does)
+and adds the candidate selector's loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import draft_model as dm
+from common import MASK, Preset, log, preset, read_json, seed_everything, write_json
+from regenerate import load_target
+
+
+@torch.no_grad()
+def tap_features(target, seqs: np.ndarray, taps: list[int], device: str, batch: int = 512) -> torch.Tensor:
+    """[N, T, nTaps·H] bfloat16: the residual stream after each tap layer
+    (hidden_states[i + 1]), concatenated in tap order."""
+    out = []
+    for i in range(0, len(seqs), batch):
+        x = torch.from_numpy(seqs[i:i + batch].astype(np.int64)).to(device)
+        hs = target(input_ids=x, output_hidden_states=True).hidden_states
+        out.append(torch.cat([hs[t + 1] for t in taps], -1).to(torch.bfloat16))
+    return torch.cat(out)
+
+
+def sample_anchors(rng: np.random.Generator, rows: int, count: int, lo: int, hi: int) -> np.ndarray:
+    """Sorted distinct anchors in [lo, hi] for each row."""
+    span = hi - lo + 1
+    count = min(count, span)
+    return np.sort(np.stack([rng.choice(span, size=count, replace=False) + lo for _ in range(rows)]), axis=1)
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    warm = max(1, int(0.04 * total))
+    if step < warm:
+        return peak * (step + 1) / warm
+    t = min(1.0, (step - warm) / max(1, total - warm))
+    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train(p: Preset, work: Path, kind: str) -> dict:
+    seed_everything(p.seed + (2 if kind == "dflash2" else 3))
+    dev = p.device
+    target = load_target(work / "target", dev)
+    for t in target.parameters():
+        t.requires_grad_(False)
+    tcfg = read_json(work / "target" / "config.json")
+    mask_id = read_json(work / "tokenizer" / "tokenizer.json")
+    mask_id = next(t["id"] for t in mask_id["added_tokens"] if t["content"] == MASK)
+    cfg = dm.make_draft_config(tcfg, kind, num_layers=p.draft_layers, block_size=p.block_size, mask_token_id=mask_id,
+                               intermediate_size=p.draft_intermediate, selector_rank=p.selector_rank, top_k=p.top_k)
+    draft = dm.DraftModel(cfg)
+    if kind == "dflash2":
+        backbone = dm.load_draft(work / "dflash")
+        missing, unexpected = draft.load_state_dict(backbone.state_dict(), strict=False)
+        if unexpected or any("conv" not in m and "candidate_selector" not in m for m in missing):
+            raise SystemExit(f"dflash2 warm start: backbone does not fit (missing {missing}, unexpected {unexpected})")
+        log("dflash2: backbone from the trained DFlash draft")
+    draft = draft.to(dev).float().train()
+    params = dm.count_parameters(draft)
+    log(f"{kind}: {params:,} parameters, taps {draft.taps}, block {draft.block_size}")
+
+    seqs = np.load(work / "regenerated.npy")
+    start = time.monotonic()
+    feats = tap_features(target, seqs, draft.taps, dev)
+    tokens = torch.from_numpy(seqs.astype(np.int64)).to(dev)
+    log(f"{kind}: tap features of {len(seqs)} sequences in {time.monotonic() - start:.1f} s")
+    embed = target.get_input_embeddings()
+    head = target.get_output_embeddings().weight
+    weights = dm.position_weights(draft.block_size, dev)
+    opt = torch.optim.AdamW([t for t in draft.parameters() if t.requires_grad], lr=p.draft_lr,
+                            betas=(0.9, 0.95), weight_decay=0.01, fused=dev.startswith("cuda"))
+    rng = np.random.default_rng(p.seed + 7)
+    T = seqs.shape[1]
+    lo, hi = p.prompt_len - 1, T - 2
+    total = p.draft_steps
+    start = time.monotonic()
+    t10 = None
+    history = []
+    step = 0
+    while step < total:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total, p.draft_lr)
+        rows = torch.from_numpy(rng.integers(0, len(seqs), size=p.draft_batch)).to(dev)
+        anchors = torch.from_numpy(sample_anchors(rng, p.draft_batch, p.anchors, lo, hi)).to(dev)
+        tok = tokens[rows]
+        blocks = dm.make_blocks(tok, anchors, draft.block_size, draft.mask_token_id)
+        labels, valid = dm.block_labels(tok, anchors, draft.block_size)
+        with torch.autocast(device_type=dev.split(":")[0], dtype=torch.bfloat16, enabled=dev != "cpu"):
+            hidden = draft(feats[rows].float(), blocks, anchors, embed)
+            logits = dm.unembed(hidden, head)
+        loss, acc = dm.dflash_loss(logits, labels, valid, weights)
+        total_loss = loss
+        recall = None
+        if kind == "dflash2":
+            sel, recall = dm.selector_loss(draft, hidden.float(), logits.float(), labels, valid, blocks, weights)
+            total_loss = loss + p.selector_weight * sel
+        opt.zero_grad(set_to_none=True)
+        total_loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step == 10:
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize()
+            t10 = time.monotonic()
+        if step == 30 and t10 is not None:
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize()
+            rate = 20 / (time.monotonic() - t10)
+            total = min(total, step + int((p.draft_seconds - (time.monotonic() - start)) * rate))
+            log(f"{kind}: {rate:.1f} steps/s: {total} steps")
+        if step % 500 == 0 or step == total:
+            rec = {"step": step, "loss": round(loss.item(), 4), "acc": [round(a, 3) for a in acc[1:].tolist()]}
+            if recall is not None:
+                rec["selector_loss"] = round(sel.item(), 4)
+                rec["recall"] = round(recall.item(), 4)
+            history.append(rec)
+            log(f"{kind} {rec}")
+    seconds = time.monotonic() - start
+    dm.save_draft(draft, work / kind)
+    record = {"kind": kind, "parameters": params, "steps": step, "seconds": round(seconds, 1),
+              "batch": p.draft_batch, "anchors_per_sequence": p.anchors, "lr": p.draft_lr,
+              "sequences": int(len(seqs)), "history": history,
+              "warm_start": "dflash" if kind == "dflash2" else None}
+    write_json(work / f"{kind}-train.json", record)
+    return record
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="full")
+    ap.add_argument("--device")
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--kind", choices=("dflash", "dflash2"), required=True)
+    args = ap.parse_args()
+    train(preset(args.preset, args.device), args.work, args.kind)
+
+
+if __name__ == "__main__":
+    main()

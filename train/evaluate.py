@@ -1,0 +1,76 @@
+"""Stage 7: simulated acceptance of both drafts on held-out prompts.
+
+The target continued held-out prompts greedily (eval.npy). A block is anchored
+at every position of each continuation; its accepted length is 1 + the number
+of leading rows that equal the target's next tokens — what greedy
+verification accepts at depth bs-1. Continuations that end in a loop are
+reported apart, beside prompt lookup on the same positions (training.md §3).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import draft_model as dm
+import lookup
+from common import log, preset, write_json
+from draft import tap_features
+from regenerate import load_target
+
+
+def summarize(lengths: np.ndarray, looping: np.ndarray) -> dict:
+    def mean(mask):
+        return round(float(lengths[mask].mean()), 3) if mask.any() else None
+    return {"tau": mean(np.ones(len(lengths), bool)), "tau_looping": mean(looping), "tau_non_looping": mean(~looping)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="full")
+    ap.add_argument("--device")
+    ap.add_argument("--work", type=Path, required=True)
+    args = ap.parse_args()
+    p = preset(args.preset, args.device)
+    seqs = np.load(args.work / "eval.npy").astype(np.int64)
+    target = load_target(args.work / "target", p.device)
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
+    T = seqs.shape[1]
+    looping_seq = np.array([lookup.ends_in_loop(s[p.prompt_len:]) for s in seqs])
+    anchors = np.arange(p.prompt_len - 1, T - 1)
+    looping = np.repeat(looping_seq, len(anchors))
+    result = {"sequences": int(len(seqs)), "looping_sequences": int(looping_seq.sum()),
+              "prompt_len": p.prompt_len, "continuation": T - p.prompt_len}
+    depth = None
+    for kind in ("dflash", "dflash2"):
+        if not (args.work / kind / "config.json").exists():
+            continue
+        draft = dm.load_draft(args.work / kind).to(p.device).eval()
+        depth = draft.block_size - 1
+        feats = tap_features(target, seqs.astype(np.uint16), draft.taps, p.device).float()
+        tokens = torch.from_numpy(seqs).to(p.device)
+        a = torch.from_numpy(np.tile(anchors, (len(seqs), 1))).to(p.device)
+        lengths, per_pos = [], []
+        for i in range(0, len(seqs), 8):
+            with torch.autocast(device_type=p.device.split(":")[0], dtype=torch.bfloat16, enabled=p.device != "cpu"):
+                pred = dm.block_predictions(draft, feats[i:i + 8], tokens[i:i + 8], a[i:i + 8], embed, head, True)
+            labels, valid = dm.block_labels(tokens[i:i + 8], a[i:i + 8], draft.block_size)
+            lengths.append(dm.accepted_lengths(pred, labels, valid).cpu().numpy())
+            per_pos.append(((pred == labels) & valid)[..., 1:].cpu().numpy())
+        lengths = np.concatenate(lengths).reshape(-1)
+        hits = np.concatenate(per_pos).reshape(-1, draft.block_size - 1)
+        result[kind] = summarize(lengths, looping)
+        result[kind]["row_accuracy"] = [round(float(x), 3) for x in hits.mean(0)]
+        log(f"evaluate {kind}: {result[kind]}")
+    if depth:
+        lk = lookup.lookup_acceptance(seqs, p.prompt_len, depth)[:, :len(anchors)].reshape(-1)
+        result["prompt_lookup"] = summarize(lk, looping)
+        log(f"evaluate prompt lookup: {result['prompt_lookup']}")
+    write_json(args.work / "eval.json", result)
+
+
+if __name__ == "__main__":
+    main()
