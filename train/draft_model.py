@@ -298,6 +298,29 @@ def sorted_top_k(logits, k):
     return vals.gather(-1, by_val), ids.gather(-1, by_val)
 
 
+@torch.no_grad()
+def select_path(draft: DraftModel, hidden, logits, anchor: int):
+    """DFlash2's inference-time choice for one block, greedy, as the published
+    `Select` (spec/dflash2.md §3.2-3.3): candidates are each row's sorted top-K;
+    lattice[p, i, j] scores candidate j at row p after candidate i of row p-1
+    (row 0's predecessor is the anchor, so all its i are equal); the walk
+    starts at lattice[0, 0] and follows the chosen candidate index, argmax
+    ties to the lower index. hidden [n, H], logits [n, V] of the predicted
+    rows 1..n. Returns (tokens [n], candidate ids [n, K], lattice [n, K, K],
+    path index [n])."""
+    cand_logits, cand_ids = sorted_top_k(logits, draft.top_k)                 # [n, K]
+    n, k = cand_ids.shape
+    pred = torch.cat([torch.full_like(cand_ids[:1], anchor), cand_ids[:-1]])  # [n, K]: row p-1's candidates
+    lattice = draft.candidate_selector.scores(hidden[:, None, :].expand(n, k, -1), cand_logits[:, None].expand(n, k, k),
+                                              cand_ids[:, None].expand(n, k, k), pred)
+    path = torch.zeros(n, dtype=torch.long, device=cand_ids.device)
+    prev = 0
+    for i in range(n):
+        prev = int(torch.argmax(lattice[i, prev]))  # first maximum: ties to the lower index
+        path[i] = prev
+    return cand_ids.gather(-1, path[:, None])[:, 0], cand_ids, lattice, path
+
+
 def make_blocks(tokens, anchors, block_size: int, mask_token_id: int):
     """Block ids [B, A, bs]: the anchor token, then the mask token."""
     blocks = torch.full((*anchors.shape, block_size), mask_token_id, dtype=torch.long, device=tokens.device)
