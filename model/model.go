@@ -113,6 +113,24 @@ type BlockDraft interface {
 	BlockParams() (blockSize int, maskToken int32)
 }
 
+// BidirectionalBlock is an optional property of a BlockDraft, read by type
+// assertion (like io.WriterTo; manifests do not declare it): the draft was
+// trained on whole blocks — the anchor and blockSize−1 mask rows — whose rows
+// attend to each other in both directions. Such a draft must always be run
+// on the whole trained block, even when fewer drafts are wanted, or every
+// row sees a different attention context than in training and acceptance
+// collapses; the session then uses only the first proposals. Running the
+// whole block never affects exactness (the target still verifies every
+// draft), only the draft's quality and cost.
+type BidirectionalBlock interface {
+	BlockDraft
+	// BidirectionalBlock reports whether some layer lets a block row see
+	// the block rows after it (a non-causal layer). A draft whose layers
+	// are all causal returns false: its first rows do not depend on later
+	// ones, so a shorter block gives the same proposals.
+	BidirectionalBlock() bool
+}
+
 // ChooseFunc is the sampler's callback for a Selector: for candidate ids
 // [R, K] (int32) and their scores [R, K] it returns the chosen token per row
 // [R] (int32) and the proposal distribution over the K candidates [R, K]

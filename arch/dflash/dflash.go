@@ -53,9 +53,10 @@ type Draft struct {
 }
 
 var (
-	_ model.BlockDraft   = (*Draft)(nil)
-	_ model.TargetUser   = (*Draft)(nil)
-	_ model.WeightHolder = (*Draft)(nil)
+	_ model.BlockDraft         = (*Draft)(nil)
+	_ model.BidirectionalBlock = (*Draft)(nil)
+	_ model.TargetUser         = (*Draft)(nil)
+	_ model.WeightHolder       = (*Draft)(nil)
 )
 
 // Wrapper lets an architecture built on DFlash wrap the two sublayers of
@@ -146,6 +147,19 @@ func (d *Draft) Info() model.Info {
 // BlockParams returns the trained block size and the mask token.
 func (d *Draft) BlockParams() (blockSize int, maskToken int32) {
 	return d.cfg.BlockSize, d.cfg.MaskTokenID
+}
+
+// BidirectionalBlock reports whether some layer's block queries are
+// non-causal (spec/dflash.md section 6): such a draft was trained on whole
+// blocks attending both ways and is run on the whole block whatever the
+// depth (model.BidirectionalBlock). DFlash2 inherits it.
+func (d *Draft) BidirectionalBlock() bool {
+	for l := range d.cfg.NumLayers {
+		if _, causal := d.cfg.Attention(l); !causal {
+			return true
+		}
+	}
+	return false
 }
 
 // AsDraftTarget returns m as a model.DraftTarget, or the error of

@@ -72,3 +72,29 @@ func checkAgainstSpecLoop(t *mlxtest.T, f *dflashtest.Fixture, run *dflashtest.S
 		t.Errorf("only %d rounds were comparable", compared)
 	}
 }
+
+// A non-causal DFlash draft drafting fewer than blockSize−1 tokens still
+// runs the whole trained block, so its first proposals are exactly those of
+// the fixture's full-block rounds (z-lab's reference drafts whole blocks).
+// With only 1+depth rows the non-causal last layer would see a different
+// block and the proposals would differ from the reference.
+func TestShallowDepthRunsWholeBlock(t *testing.T) {
+	f := dflashtest.Load(t, "dflash-tiny")
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		p := loadPair(t, f)
+		if !p.draft.BidirectionalBlock() {
+			t.Fatal("the fixture's draft has a non-causal full layer; BidirectionalBlock says it has none")
+		}
+		budget := len(f.Ref.TargetGreedyIDs)
+		for _, depth := range []int{1, 2, 3, 5} {
+			run := dflashtest.RunSpeculativeAt(t, p.target, p.draft, false, f.Ref.PromptIDs, budget, depth)
+			if !slices.Equal(run.Tokens, f.Ref.TargetGreedyIDs) {
+				t.Fatalf("depth %d: speculative output %v\nwant the target's greedy %v", depth, run.Tokens, f.Ref.TargetGreedyIDs)
+			}
+			n := dflashtest.CheckShallowProposals(t, run, f, depth, func(r dflashtest.Round) []int32 { return r.BlockIDs[1:] })
+			if n < 20 {
+				t.Errorf("depth %d: only %d rounds were comparable", depth, n)
+			}
+		}
+	})
+}

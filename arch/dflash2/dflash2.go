@@ -44,9 +44,10 @@ type Draft struct {
 }
 
 var (
-	_ model.Selector     = (*Draft)(nil)
-	_ model.TargetUser   = (*Draft)(nil)
-	_ model.WeightHolder = (*Draft)(nil)
+	_ model.Selector           = (*Draft)(nil)
+	_ model.BidirectionalBlock = (*Draft)(nil)
+	_ model.TargetUser         = (*Draft)(nil)
+	_ model.WeightHolder       = (*Draft)(nil)
 )
 
 // New parses the checkpoint's config.json and returns a weightless draft

@@ -209,6 +209,30 @@ func TestSpeculativeGreedyMatchesTarget(t *testing.T) {
 	})
 }
 
+// A selector session drafting fewer than 7 tokens still runs the whole
+// trained block (DFlash2's layers are all non-causal), so its path is the
+// start of the fixture's full-block selector path in every round; with
+// fewer rows the block attention would differ from the reference.
+func TestShallowDepthRunsWholeBlock(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		p := loadPair(t)
+		f := p.f
+		if !p.draft.BidirectionalBlock() {
+			t.Fatal("the fixture's draft is non-causal; BidirectionalBlock says otherwise")
+		}
+		for _, depth := range []int{1, 2, 3, 5} {
+			run := dflashtest.RunSpeculativeAt(t, p.target, p.draft, true, f.Ref.PromptIDs, len(f.Ref.TargetGreedyIDs), depth)
+			if !slices.Equal(run.Tokens, f.Ref.TargetGreedyIDs) {
+				t.Fatalf("depth %d: speculative output %v\nwant the target's greedy %v", depth, run.Tokens, f.Ref.TargetGreedyIDs)
+			}
+			n := dflashtest.CheckShallowProposals(t, run, f, depth, func(r dflashtest.Round) []int32 { return r.BlockIDs[1:] })
+			if n < 20 {
+				t.Errorf("depth %d: only %d rounds were comparable", depth, n)
+			}
+		}
+	})
+}
+
 // A DFlash2 draft whose manifest omits "selector" runs as a plain block
 // draft (argmax of its logits); the output is still the target's.
 func TestSpeculativeAsPlainBlockDraft(t *testing.T) {

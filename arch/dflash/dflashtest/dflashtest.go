@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -233,6 +234,13 @@ type SpecRun struct {
 // controller.
 func RunSpeculative(t *mlxtest.T, target model.Model, draft model.BlockDraft, useSelector bool, prompt []int32, budget int) *SpecRun {
 	t.Helper()
+	return RunSpeculativeAt(t, target, draft, useSelector, prompt, budget, 7)
+}
+
+// RunSpeculativeAt is RunSpeculative with every round drafting up to depth
+// tokens (the selector's fixed depth, or the plain session's pinned one).
+func RunSpeculativeAt(t *mlxtest.T, target model.Model, draft model.BlockDraft, useSelector bool, prompt []int32, budget, depth int) *SpecRun {
+	t.Helper()
 	tc, dc := target.NewCaches(), draft.NewCaches()
 	defer func() {
 		for _, c := range append(tc, dc...) {
@@ -240,9 +248,9 @@ func RunSpeculative(t *mlxtest.T, target model.Model, draft model.BlockDraft, us
 		}
 	}()
 	rec := &recordingDrafter{BlockDrafter: speculation.NewBlockDrafter(draft, tc, dc, useSelector), t: t}
-	cfg := speculation.Config{Target: target, TargetCaches: tc, Drafter: rec, SelectorDepth: 7}
+	cfg := speculation.Config{Target: target, TargetCaches: tc, Drafter: rec, SelectorDepth: depth}
 	if !useSelector {
-		cfg.FixedDepth = 7
+		cfg.FixedDepth = depth
 	}
 	core := speculation.NewCore(cfg)
 	sess := core.Open(speculation.Request{Sampler: sample.New(sample.Options{}, prompt)})
@@ -280,4 +288,34 @@ func (s *recordingSession) Propose(current *mlx.Array, max int) *speculation.Can
 		s.r.proposals = append(s.r.proposals, Proposal{Anchor: s.r.t.Int32s(current)[0], Tokens: s.r.t.Int32s(c.Tokens)})
 	}
 	return c
+}
+
+// CheckShallowProposals checks a run drafted at depth (< blockSize−1)
+// against the rounds of the fixture's spec_loop that drafted whole blocks:
+// each round's drafts must be the first drafts of the fixture's matching
+// round (want(round) gives them), because the session runs the whole trained
+// block and keeps its first proposals. (The fixture's last rounds drafted
+// shorter blocks for the budget, and their drafts differ: they are not
+// compared.) Rounds line up as in the fixture's own
+// comparison (every round accepts nothing, so round r anchors where fixture
+// round r−1 did). It returns how many rounds were compared.
+func CheckShallowProposals(t *mlxtest.T, run *SpecRun, f *Fixture, depth int, want func(Round) []int32) int {
+	t.Helper()
+	loop := f.Ref.SpecLoop
+	compared := 0
+	for r := 1; r < len(run.Proposals) && r-1 < len(loop.Rounds); r++ {
+		got, round := run.Proposals[r], loop.Rounds[r-1]
+		if got.Anchor != round.BlockIDs[0] {
+			t.Errorf("depth %d: round %d anchored on %d, fixture round %d on %d", depth, r, got.Anchor, r-1, round.BlockIDs[0])
+			continue
+		}
+		if len(got.Tokens) != depth || len(round.BlockIDs) != loop.BlockSize {
+			continue // the budget cut this round, or the fixture's, shorter
+		}
+		compared++
+		if w := want(round)[:depth]; !slices.Equal(got.Tokens, w) {
+			t.Errorf("depth %d: round %d drafted %v; the fixture's whole block starts %v", depth, r, got.Tokens, w)
+		}
+	}
+	return compared
 }
