@@ -214,6 +214,7 @@ func saveAtomically(path string, arrays map[string]*mlx.Array, meta map[string]s
 	}
 	name := tmp.Name()
 	tmp.Close()
+	defer removeOnForcedExit(name)()
 	// MLX writes the file itself (and would add a .safetensors suffix if
 	// the name lacked one: the temporary name has it).
 	if err := mlx.SaveSafetensors(name, arrays, meta); err != nil {

@@ -1,8 +1,9 @@
 package main
 
 import (
-	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/specula-dev/specula/loader"
@@ -71,12 +72,31 @@ func runQuantize(e *env, args []string) int {
 		return usage("--bits and --group-size need a quantization --mode")
 	}
 
+	src, dst := rest[0], filepath.Clean(rest[1])
+	if _, err := os.Stat(dst); err == nil {
+		return fail(e, "quantize", fmt.Errorf("%s already exists: choose a new folder (nothing is overwritten)", dst))
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fail(e, "quantize", err)
+	}
+	// The checkpoint is written inside a temporary folder beside DST and
+	// renamed into place. Writing a shard cannot be cut short, so an
+	// interrupted quantize may be ended by the signal watch: the folder is
+	// registered for removal then.
+	work, err := os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".quantize-")
+	if err != nil {
+		return fail(e, "quantize", err)
+	}
+	defer os.RemoveAll(work)
+	defer removeOnForcedExit(work)()
 	var summary string
-	err := mlx.Do(context.Background(), func() error {
+	err = mlx.Do(e.ctx, func() error {
 		var err error
-		summary, err = quantize(rest[0], rest[1], opts)
+		summary, err = quantize(src, filepath.Join(work, filepath.Base(dst)), dst, opts)
 		return err
 	})
+	if err == nil {
+		err = os.Rename(filepath.Join(work, filepath.Base(dst)), dst)
+	}
 	if err != nil {
 		return fail(e, "quantize", err)
 	}
@@ -84,8 +104,9 @@ func runQuantize(e *env, args []string) int {
 	return exitOK
 }
 
-// quantize does the work on the MLX worker and returns the summary line.
-func quantize(src, dst string, opts loader.MLXOptions) (string, error) {
+// quantize does the work on the MLX worker, writing the checkpoint to out,
+// and returns the summary line, which names the final folder dst.
+func quantize(src, out, dst string, opts loader.MLXOptions) (string, error) {
 	ck, err := loader.OpenCheckpoint(src)
 	if err != nil {
 		return "", err
@@ -114,7 +135,7 @@ func quantize(src, dst string, opts loader.MLXOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := loader.WriteMLX(dst, ck, m, opts); err != nil {
+	if err := loader.WriteMLX(out, ck, m, opts); err != nil {
 		return "", err
 	}
 	what := "unquantized"

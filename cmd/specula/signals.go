@@ -55,9 +55,45 @@ func handleSignals() context.Context {
 		case <-time.After(interruptGrace):
 		}
 		closePlugins()
+		removeTemporaries()
 		os.Exit(interruptedCode())
 	}()
 	return ctx
+}
+
+// temporaries are the files and folders a command is writing before it
+// renames them into place; a program that exits without the command
+// returning (the grace passed, or a second signal came) removes them, so
+// that an interrupted write never leaves gigabytes of partial output.
+var temporaries struct {
+	mu    sync.Mutex
+	paths map[string]bool
+}
+
+// removeOnForcedExit registers path (a temporary file or folder) for
+// removal if the program exits at once; the returned forget ends that,
+// once the command has renamed or removed path itself.
+func removeOnForcedExit(path string) (forget func()) {
+	temporaries.mu.Lock()
+	defer temporaries.mu.Unlock()
+	if temporaries.paths == nil {
+		temporaries.paths = map[string]bool{}
+	}
+	temporaries.paths[path] = true
+	return func() {
+		temporaries.mu.Lock()
+		defer temporaries.mu.Unlock()
+		delete(temporaries.paths, path)
+	}
+}
+
+// removeTemporaries removes every registered temporary path. The lock stays
+// held so that no command registers or forgets one while the program exits.
+func removeTemporaries() {
+	temporaries.mu.Lock()
+	for path := range temporaries.paths {
+		os.RemoveAll(path)
+	}
 }
 
 // interruptedCode is the exit code of an interrupted program (128 plus the

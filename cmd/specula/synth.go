@@ -23,7 +23,7 @@ func runSynth(e *env, args []string) int {
 	out := fs.String("out", "", "output `folder` (new, or empty): target/, draft/ (with --draft) and manifest.toml are written there")
 	draft := fs.String("draft", "", "also write a random draft: dflash or dflash2")
 	seed := fs.Uint64("seed", 1, "random seed")
-	withTokenizer := fs.Bool("tokenizer", false, "also write a small byte-level BPE tokenizer (needs --vocab of at least 260)")
+	withTokenizer := fs.Bool("tokenizer", false, "also write a small byte-level BPE tokenizer (needs --vocab of at least 259)")
 	if _, code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
@@ -102,6 +102,7 @@ func runSynth(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "synth", err)
 	}
+	defer removeOnForcedExit(tmp)()
 	if err := writeSynth(e, tmp, *shape, q, tok, d, *draft, caps); err != nil {
 		os.RemoveAll(tmp)
 		return fail(e, "synth", err)
@@ -134,13 +135,13 @@ func writeSynth(e *env, dir, shape string, q synth.Qwen35, tok *tokenizer.SmallB
 	}
 	fmt.Fprintf(e.stderr, "writing a random %s (%s shapes, %d layers, vocab %d, %s, %.2fB parameters, %.2fB active per token)\n",
 		kind, shape, q.Layers, q.Vocab, q.DType, float64(q.Params())/1e9, float64(q.ActiveParams())/1e9)
-	if err := q.Write(target); err != nil {
+	if err := q.WriteContext(e.ctx, target); err != nil {
 		return err
 	}
 	manifest := fmt.Sprintf("# Random weights written by specula synth.\nschema = 1\nname = \"synth-%s\"\n\n[target]\npath = \"target\"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"auto\"\n", shape)
 	if d != nil {
 		fmt.Fprintf(e.stderr, "writing a random %s draft (taps %v)\n", draftName, d.TargetLayerIDs)
-		if err := d.Write(filepath.Join(dir, "draft")); err != nil {
+		if err := d.WriteContext(e.ctx, filepath.Join(dir, "draft")); err != nil {
 			return err
 		}
 		manifest += fmt.Sprintf("\n[draft]\npath = \"draft\"\ncapabilities = %s\n", caps)

@@ -11,6 +11,7 @@
 package synth
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -255,8 +256,13 @@ func (q Qwen35) config() map[string]any {
 }
 
 // Write writes config.json and model.safetensors into dir (created).
-func (q Qwen35) Write(dir string) error {
-	return writeCheckpoint(dir, q.config(), q.tensors(), q.DType, q.Seed)
+func (q Qwen35) Write(dir string) error { return q.WriteContext(context.Background(), dir) }
+
+// WriteContext is Write that gives up with ctx's error once ctx is done:
+// a large shape takes minutes to draw, and an interrupted synth should
+// stop within a moment.
+func (q Qwen35) WriteContext(ctx context.Context, dir string) error {
+	return writeCheckpoint(ctx, dir, q.config(), q.tensors(), q.DType, q.Seed)
 }
 
 // DFlash describes a random DFlash (Selector == false) or DFlash2 draft for
@@ -383,13 +389,20 @@ func (d DFlash) config() map[string]any {
 }
 
 // Write writes config.json and model.safetensors into dir (created).
-func (d DFlash) Write(dir string) error {
-	return writeCheckpoint(dir, d.config(), d.tensors(), d.DType, d.Seed)
+func (d DFlash) Write(dir string) error { return d.WriteContext(context.Background(), dir) }
+
+// WriteContext is Write that gives up with ctx's error once ctx is done.
+func (d DFlash) WriteContext(ctx context.Context, dir string) error {
+	return writeCheckpoint(ctx, dir, d.config(), d.tensors(), d.DType, d.Seed)
 }
 
+// cancelCheckEvery is how many values writeCheckpoint draws between two
+// looks at its context: about a millisecond of drawing.
+const cancelCheckEvery = 1 << 16
+
 // writeCheckpoint draws every tensor (in a fixed order, from one seeded
-// generator) and writes the folder.
-func writeCheckpoint(dir string, config map[string]any, specs []spec, dtype DType, seed uint64) error {
+// generator) and writes the folder, unless ctx is done first.
+func writeCheckpoint(ctx context.Context, dir string, config map[string]any, specs []spec, dtype DType, seed uint64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -404,11 +417,17 @@ func writeCheckpoint(dir string, config map[string]any, specs []spec, dtype DTyp
 		if dtype == BFloat16 && !s.f32 {
 			t.DType, t.Data = mustDType("BF16"), make([]byte, 2*n)
 			for i := range n {
+				if i%cancelCheckEvery == 0 && ctx.Err() != nil {
+					return ctx.Err()
+				}
 				binary.LittleEndian.PutUint16(t.Data[2*i:], bf16(float32(s.draw(r))))
 			}
 		} else {
 			t.DType, t.Data = mustDType("F32"), make([]byte, 4*n)
 			for i := range n {
+				if i%cancelCheckEvery == 0 && ctx.Err() != nil {
+					return ctx.Err()
+				}
 				binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(float32(s.draw(r))))
 			}
 		}
