@@ -18,7 +18,8 @@ features, then checks, printing each max abs difference:
    drafts (accepted length 8, and 4 once the truth at row 4 is changed);
 4. hand-computed cases: the loss and its weights, the selector loss, the
    DFlash2 convolution's worked example (spec/dflash2.md §2.3), a fresh
-   DFlash2 draft equal to its DFlash backbone, a sharded save/load.
+   DFlash2 draft equal to its DFlash backbone, a sharded save/load, and
+   make_draft_config refusing taps that specula would reject.
 
 Tolerances: the fixtures' own (1e-3 absolute on hidden states and logits, ids
 exact); the training forward against the one-block forward 1e-9 (float64, the
@@ -218,6 +219,14 @@ def check_hand_cases(target_cfg: dict) -> None:
     h2, l2, _ = one_block(d2, feats, block, emb, emb.weight)
     check("fresh DFlash2 == its DFlash backbone (identity convolutions)", h2, h1, 1e-12)
     check("fresh selector path == argmax", drafted(d2, h2, l2, 7), l1.argmax(-1))
+
+    # make_draft_config refuses taps specula would reject: z-lab's default rule
+    # gives [1, 1] for a 4-layer target and 2 draft layers.
+    try:
+        dm.make_draft_config(target_cfg, "dflash", **dict(kw, taps=None))
+        report("make_draft_config rejects repeated default taps", False, "accepted [1, 1]")
+    except ValueError as err:
+        report("make_draft_config rejects repeated default taps", True, str(err))
 
     # Selector loss, one row, successor codebook 0: plain CE over the 4 candidates' logits.
     lg = torch.full((1, 1, 2, 512), -50.0, dtype=torch.float64)

@@ -37,7 +37,14 @@ def make_draft_config(target: dict, kind: str, *, num_layers: int, block_size: i
     if kind not in ("dflash", "dflash2"):
         raise ValueError(f"draft kind {kind!r}: want 'dflash' or 'dflash2'")
     L = target["num_hidden_layers"]
-    taps = taps if taps is not None else default_taps(L, num_layers)
+    taps = list(taps) if taps is not None else default_taps(L, num_layers)
+    if not taps or taps[0] < 0 or taps[-1] >= L or any(b <= a for a, b in zip(taps, taps[1:])):
+        # z-lab's default rule repeats layers when the target is shallow (L = 4 and
+        # 2 draft layers give [1, 1]); specula rejects such a draft at load.
+        raise ValueError(f"target_layer_ids {taps} must be strictly ascending within [0, {L}) for a {L}-layer "
+                         f"target; pass taps= explicitly")
+    if not 0 <= mask_token_id < target["vocab_size"]:
+        raise ValueError(f"mask_token_id {mask_token_id} is outside the target's vocabulary [0, {target['vocab_size']})")
     theta = target.get("rope_parameters", {}).get("rope_theta", target.get("rope_theta", 1e7))
     cfg = {
         "architectures": ["DFlashDraftModel" if kind == "dflash" else "DFlash2DraftModel"],
