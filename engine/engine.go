@@ -462,18 +462,23 @@ func (e *Engine) seededDepth() int {
 	if e.plan.Speculation.MaxDepth > 0 {
 		d = e.plan.Speculation.MaxDepth
 	}
-	limit := 0
-	switch {
-	case e.draft != nil:
-		bs, _ := e.draft.BlockParams()
-		limit = bs - 1
-	case e.drafter != nil:
-		limit = e.drafter.Limit()
-	}
-	if limit > 0 {
+	if limit := e.DraftLimit(); limit > 0 {
 		d = min(d, limit)
 	}
 	return d
+}
+
+// DraftLimit is the most tokens the draft can propose in one round (a block
+// draft's block size − 1, or a plugin drafter's limit); 0 without a draft.
+func (e *Engine) DraftLimit() int {
+	switch {
+	case e.draft != nil:
+		bs, _ := e.draft.BlockParams()
+		return bs - 1
+	case e.drafter != nil:
+		return e.drafter.Limit()
+	}
+	return 0
 }
 
 // ErrNoTokenizer is returned for a text prompt when the target folder has no

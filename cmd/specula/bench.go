@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -38,17 +39,20 @@ func runBench(e *env, args []string) int {
 	fs := newFlags(e, "bench", "-m MANIFEST [flags]")
 	var g genFlags
 	g.register(fs)
-	promptsFile := fs.String("prompts", "", "`file` of prompts, one per line (text, or token ids as a JSON array); default: a built-in set")
+	promptsFile := fs.String("prompts", "", "`file` of prompts, one per line: text, a JSON string (for prompts with newlines), or token ids as a JSON array; default: a built-in set")
 	repeats := fs.Int("repeats", 3, "measured runs of each prompt and mode")
 	warmup := fs.Int("warmup", 1, "unmeasured runs before measuring")
 	oracle := fs.Bool("oracle", false, "also run an oracle draft (the target's own greedy tokens) at each depth: the best speedup the engine can reach")
-	depths := fs.String("depths", "1-15", "oracle depths, e.g. 1-15 or 1,2,4,8")
+	sweep := fs.Bool("sweep", false, "also run the draft pinned at each depth of --depths and report acceptance and speedup per depth")
+	depths := fs.String("depths", "1-15", "depths of --oracle and --sweep, e.g. 1-7 or 1,2,4; --sweep without it runs 1 to the draft's limit")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the measured runs to `file` (host-side time)")
 	if _, code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
+	depthsSet := false
+	fs.Visit(func(f *flag.Flag) { depthsSet = depthsSet || f.Name == "depths" })
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -97,6 +101,24 @@ func runBench(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "bench", err)
 	}
+	var sweepDepths []int
+	if *sweep {
+		limit := eng.DraftLimit()
+		if !eng.HasDraft() || g.noDraft || limit < 1 {
+			fmt.Fprintf(e.stderr, "specula bench: --sweep runs the draft at each depth, but %s has no draft (or --no-draft is set)\n", g.manifest)
+			return exitUsage
+		}
+		sweepDepths = depthList
+		if !depthsSet {
+			sweepDepths = nil
+			for d := 1; d <= limit; d++ {
+				sweepDepths = append(sweepDepths, d)
+			}
+		} else if d := slices.Max(depthList); d > limit {
+			fmt.Fprintf(e.stderr, "specula bench: --depths: depth %d is beyond what the draft proposes in a round (%d); use --depths 1-%d\n", d, limit, limit)
+			return exitUsage
+		}
+	}
 	b := &bencher{ctx: ctx, eng: eng, base: base, prompts: prompts, repeats: *repeats, warmup: *warmup, log: e.stderr, quiet: *quiet || bar == nil || !bar.tty}
 	if *oracle {
 		zero := float32(0)
@@ -107,13 +129,24 @@ func runBench(e *env, args []string) int {
 	if eng.HasDraft() && !g.noDraft {
 		// Plain and speculative runs alternate, so that a machine getting
 		// busier or quieter during the benchmark weighs on both alike.
+		// The sweep's fixed depths join the same turns, so each depth is
+		// paired with plain runs of the same prompt and repeat.
 		spec := benchMode{name: "speculative", set: func(*engine.Request, int) {}}
-		if err := b.measure(&plain, &spec); err != nil {
+		modes := []*benchMode{&plain, &spec}
+		for _, d := range sweepDepths {
+			modes = append(modes, &benchMode{name: fmt.Sprintf("depth %d", d), depth: d, set: func(r *engine.Request, _ int) { r.FixedDepth = d }})
+		}
+		if err := b.measure(modes...); err != nil {
 			return fail(e, "bench", err)
 		}
 		res.Plain, res.Speculative = plain.result(), new(modeResult)
 		*res.Speculative = spec.result()
 		res.Speculative.speedupOver(&plain, &spec)
+		for _, m := range modes[2:] {
+			r := m.result()
+			r.speedupOver(&plain, m)
+			res.Sweep = append(res.Sweep, r)
+		}
 	} else {
 		if err := b.measure(&plain); err != nil {
 			return fail(e, "bench", err)
@@ -199,12 +232,11 @@ func benchPromptSet(file string, eng *engine.Engine) ([]benchPrompt, error) {
 		if text == "" {
 			continue
 		}
-		var ids []int32
-		if strings.HasPrefix(text, "[") {
-			if err := json.Unmarshal([]byte(text), &ids); err != nil {
-				return nil, fmt.Errorf("%s:%d: %v", file, line, err)
-			}
-		} else if ids, err = encode(text); err != nil {
+		text, ids, err := parsePromptLine(text)
+		if err == nil && ids == nil {
+			ids, err = encode(text)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %v", file, line, err)
 		}
 		if len(ids) == 0 {
@@ -219,6 +251,32 @@ func benchPromptSet(file string, eng *engine.Engine) ([]benchPrompt, error) {
 		return nil, fmt.Errorf("%s holds no prompts", file)
 	}
 	return out, nil
+}
+
+// parsePromptLine reads one trimmed, non-empty line of a prompt file: token
+// ids as a JSON array (returned as ids), a JSON string (returned decoded, so
+// that a prompt with newlines or tabs fits on one line), or plain text
+// (returned as it is).
+func parsePromptLine(line string) (text string, ids []int32, err error) {
+	switch {
+	case strings.HasPrefix(line, "["):
+		if err := json.Unmarshal([]byte(line), &ids); err != nil {
+			return "", nil, fmt.Errorf("a line starting with [ is token ids as a JSON array: %v", err)
+		}
+		if ids == nil {
+			ids = []int32{}
+		}
+		return line, ids, nil
+	case strings.HasPrefix(line, `"`):
+		if err := json.Unmarshal([]byte(line), &text); err != nil {
+			return "", nil, fmt.Errorf("a line starting with \" is a JSON string (escape newlines as \\n): %v", err)
+		}
+		if text == "" {
+			return "", []int32{}, nil
+		}
+		return text, nil, nil
+	}
+	return line, nil, nil
 }
 
 // bencher runs the modes over the prompt set.
@@ -271,6 +329,55 @@ type modeResult struct {
 	DraftMSPerRound      float64   `json:"draft_ms_per_round,omitempty"`
 	VerifyMSPerRound     float64   `json:"verify_ms_per_round,omitempty"`
 	OverheadMSPerRound   float64   `json:"overhead_ms_per_round,omitempty"`
+	// LoopSplit separates the runs whose continuation ends in a loop
+	// (endsInLoop); only for modes that drafted.
+	LoopSplit *loopSplit `json:"loop_split,omitempty"`
+}
+
+// loopSplit is a mode's acceptance over the runs whose continuation ends in
+// a loop and over the others. A small target's greedy output often loops,
+// and there a draft that copies wins: the split keeps those runs from
+// hiding how the draft does on the rest.
+type loopSplit struct {
+	Looping    loopGroup `json:"looping"`
+	NonLooping loopGroup `json:"non_looping"`
+}
+
+// loopGroup is one side of a loopSplit.
+type loopGroup struct {
+	Runs                 int       `json:"runs"`
+	MeanAcceptanceLength float64   `json:"mean_acceptance_length,omitempty"`
+	AcceptanceByPosition []float64 `json:"acceptance_by_position,omitempty"`
+	// Speedup is the median ratio over this group's paired runs.
+	Speedup float64 `json:"speedup_over_plain,omitempty"`
+}
+
+// loopWindow and loopMaxPeriod define "ends in a loop": the last loopWindow
+// tokens repeat with a period of at most loopMaxPeriod, so the loop has come
+// round at least twice within the window.
+const (
+	loopWindow    = 64
+	loopMaxPeriod = 32
+)
+
+// endsInLoop reports whether the last loopWindow tokens of ids are periodic
+// with some period p ≤ loopMaxPeriod: ids[i] == ids[i−p] throughout the
+// window. A continuation shorter than the window never counts as a loop.
+func endsInLoop(ids []int32) bool {
+	if len(ids) < loopWindow {
+		return false
+	}
+	w := ids[len(ids)-loopWindow:]
+	for p := 1; p <= loopMaxPeriod; p++ {
+		periodic := true
+		for i := p; i < len(w) && periodic; i++ {
+			periodic = w[i] == w[i-p]
+		}
+		if periodic {
+			return true
+		}
+	}
+	return false
 }
 
 // speedup is the spread of a mode's speedup over plain decoding, from the
@@ -295,9 +402,12 @@ type speedup struct {
 // prompt i.
 type benchMode struct {
 	name             string
+	depth            int // the pinned depth of a sweep mode
 	set              func(r *engine.Request, prompt int)
 	tps, ttft, round []float64 // per measured run, in run order
+	loops            []bool    // per measured run: its continuation ends in a loop
 	stats            speculation.Stats
+	loopStats        [2]speculation.Stats // [0] non-looping runs, [1] looping runs
 }
 
 func (m *benchMode) add(resp *engine.Response) {
@@ -307,16 +417,35 @@ func (m *benchMode) add(resp *engine.Response) {
 		m.round = append(m.round, ms(resp.DecodeTime)/float64(rounds-1))
 	}
 	m.stats.Add(&resp.Stats)
+	loop := endsInLoop(resp.IDs)
+	m.loops = append(m.loops, loop)
+	if loop {
+		m.loopStats[1].Add(&resp.Stats)
+	} else {
+		m.loopStats[0].Add(&resp.Stats)
+	}
 }
 
 func (m *benchMode) result() modeResult {
-	res := modeResult{Mode: m.name, Runs: len(m.tps)}
+	res := modeResult{Mode: m.name, Depth: m.depth, Runs: len(m.tps)}
 	res.TokensPerSecond, res.FirstTokenMS, res.RoundMS = spreadOf(m.tps), spreadOf(m.ttft), spreadOf(m.round)
 	if st := &m.stats; st.DraftRounds > 0 {
 		res.MeanAcceptanceLength = st.MeanAcceptanceLength()
 		res.AcceptanceByPosition = st.PerPositionAcceptance()
 		n := float64(st.DraftRounds)
 		res.DraftMSPerRound, res.VerifyMSPerRound, res.OverheadMSPerRound = st.DraftMS/n, st.VerifyMS/n, st.OverheadMS/n
+		res.LoopSplit = &loopSplit{}
+		for i, g := range []*loopGroup{&res.LoopSplit.NonLooping, &res.LoopSplit.Looping} {
+			for _, l := range m.loops {
+				if l == (i == 1) {
+					g.Runs++
+				}
+			}
+			if gs := &m.loopStats[i]; gs.DraftRounds > 0 {
+				g.MeanAcceptanceLength = gs.MeanAcceptanceLength()
+				g.AcceptanceByPosition = gs.PerPositionAcceptance()
+			}
+		}
 	}
 	return res
 }
@@ -338,6 +467,19 @@ func (r *modeResult) speedupOver(plain, m *benchMode) {
 	lo, hi := medianCI(ratios)
 	r.Speedup = s.Median
 	r.SpeedupSpread = &speedup{Pairs: len(ratios), Median: s.Median, Min: s.Min, Max: s.Max, CILow: lo, CIHigh: hi, WithinNoise: lo <= 1 && 1 <= hi}
+	if r.LoopSplit == nil {
+		return
+	}
+	// Each group's pairs: m's runs classified by their own continuation.
+	for i, g := range []*loopGroup{&r.LoopSplit.NonLooping, &r.LoopSplit.Looping} {
+		var group []float64
+		for k := range min(n, len(m.loops)) {
+			if m.loops[k] == (i == 1) && plain.tps[k] > 0 {
+				group = append(group, m.tps[k]/plain.tps[k])
+			}
+		}
+		g.Speedup = spreadOf(group).Median
+	}
 }
 
 // bootstrapResamples is the number of resamples medianCI draws: enough for
@@ -419,14 +561,16 @@ func (b *bencher) measure(modes ...*benchMode) error {
 
 // benchResult is the whole report.
 type benchResult struct {
-	Manifest    string       `json:"manifest"`
-	Date        string       `json:"date"`
-	Prompts     int          `json:"prompts"`
-	Repeats     int          `json:"repeats"`
-	MaxTokens   int          `json:"max_tokens"`
-	Plain       modeResult   `json:"plain"`
-	Speculative *modeResult  `json:"speculative,omitempty"`
-	Oracle      []modeResult `json:"oracle,omitempty"`
+	Manifest    string      `json:"manifest"`
+	Date        string      `json:"date"`
+	Prompts     int         `json:"prompts"`
+	Repeats     int         `json:"repeats"`
+	MaxTokens   int         `json:"max_tokens"`
+	Plain       modeResult  `json:"plain"`
+	Speculative *modeResult `json:"speculative,omitempty"`
+	// Sweep holds the draft pinned at each depth of --sweep.
+	Sweep  []modeResult `json:"sweep,omitempty"`
+	Oracle []modeResult `json:"oracle,omitempty"`
 }
 
 func printBench(w io.Writer, r *benchResult) {
@@ -437,6 +581,7 @@ func printBench(w io.Writer, r *benchResult) {
 	if r.Speculative != nil {
 		rows = append(rows, *r.Speculative)
 	}
+	rows = append(rows, r.Sweep...)
 	rows = append(rows, r.Oracle...)
 	for _, m := range rows {
 		speed, ideal, acc, split := "-", "-", "-", "-"
@@ -466,6 +611,38 @@ func printBench(w io.Writer, r *benchResult) {
 		}
 		fmt.Fprintln(w)
 	}
+	printLoopSplit(w, r)
+}
+
+// printLoopSplit prints each drafting mode's acceptance over the runs whose
+// continuation ends in a loop and over the rest.
+func printLoopSplit(w io.Writer, r *benchResult) {
+	var rows []modeResult
+	if r.Speculative != nil {
+		rows = append(rows, *r.Speculative)
+	}
+	rows = append(rows, r.Sweep...)
+	header := false
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, m := range rows {
+		ls := m.LoopSplit
+		if ls == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\nloop split (a continuation ends in a loop when its last %d tokens repeat with a period of at most %d):\n", loopWindow, loopMaxPeriod)
+			fmt.Fprintln(tw, "mode\tlooping runs\taccept len\tspeedup\tnon-looping runs\taccept len\tspeedup")
+			header = true
+		}
+		cell := func(g loopGroup) string {
+			if g.Runs == 0 {
+				return "0\t-\t-"
+			}
+			return fmt.Sprintf("%d\t%.2f\t%.2fx", g.Runs, g.MeanAcceptanceLength, g.Speedup)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Mode, cell(ls.Looping), cell(ls.NonLooping))
+	}
+	tw.Flush()
 }
 
 // speedupVerdict says in words what the paired runs show.

@@ -2,9 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/speculation"
 )
 
 // The speedup is the median of paired ratios, with a bootstrap interval of
@@ -73,5 +79,171 @@ func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 		sp.Median != out.Speculative.Speedup || sp.Low > sp.Median || sp.High < sp.Median || sp.WithinNoise == nil ||
 		*sp.WithinNoise != (sp.Low <= 1 && sp.High >= 1) {
 		t.Fatalf("bench result %+v", out)
+	}
+}
+
+// repeatPattern returns n tokens cycling through pattern.
+func repeatPattern(n int, pattern ...int32) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = pattern[i%len(pattern)]
+	}
+	return out
+}
+
+// A continuation ends in a loop when its last 64 tokens repeat with a
+// period of at most 32.
+func TestEndsInLoop(t *testing.T) {
+	period := func(p int) []int32 { // 0, 1, …, p−1, 0, 1, … (period exactly p)
+		pat := make([]int32, p)
+		for i := range pat {
+			pat[i] = int32(i)
+		}
+		return pat
+	}
+	distinct := make([]int32, 80) // no repeat at all
+	for i := range distinct {
+		distinct[i] = int32(100 + i)
+	}
+	// Period 5 in the last 64 tokens after 40 distinct ones.
+	tail := append(append([]int32{}, distinct[:40]...), repeatPattern(64, 7, 8, 9, 7, 2)...)
+	// The same, but the window's first token breaks the period.
+	broken := append(append([]int32{}, distinct[:40]...), repeatPattern(64, 7, 8, 9, 7, 2)...)
+	broken[40] = 99
+	cases := []struct {
+		name string
+		ids  []int32
+		want bool
+	}{
+		{"one token repeated", repeatPattern(64, 5), true},
+		{"period 32 (twice in the window)", repeatPattern(64, period(32)...), true},
+		{"period 33 (less than twice)", repeatPattern(64, period(33)...), false},
+		{"period 5 after a non-repeating start", tail, true},
+		{"period 5 broken at the window's first token", broken, false},
+		{"no repeat", distinct, false},
+		{"63 tokens: shorter than the window", repeatPattern(63, 5), false},
+		{"empty", nil, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := endsInLoop(c.ids); got != c.want {
+				t.Fatalf("endsInLoop = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// The loop split sums each side's rounds on its own: acceptance length
+// 1 + accepted/rounds per side, runs counted per side, and the speedup the
+// median of that side's paired ratios.
+func TestLoopSplitSeparatesRuns(t *testing.T) {
+	loop := repeatPattern(64, 1, 2)
+	var prose []int32
+	for i := range 64 {
+		prose = append(prose, int32(i))
+	}
+	run := func(ids []int32, rounds, accepted int, seconds float64) *engine.Response {
+		return &engine.Response{IDs: ids, DecodeTime: time.Duration(seconds * float64(time.Second)),
+			Stats: speculation.Stats{Iterations: rounds, DraftRounds: rounds, Drafted: 7 * rounds, Accepted: accepted}}
+	}
+	plain, spec := &benchMode{name: "plain"}, &benchMode{name: "speculative"}
+	// 63 decoded tokens per run: plain takes 1 s (63 tok/s) every time.
+	for range 4 {
+		plain.add(run(prose, 0, 0, 1))
+	}
+	spec.add(run(loop, 10, 50, 0.25))  // looping: 4x
+	spec.add(run(prose, 20, 10, 1))    // non-looping: 1x
+	spec.add(run(loop, 10, 70, 0.125)) // looping: 8x
+	spec.add(run(prose, 30, 20, 0.5))  // non-looping: 2x
+	r := spec.result()
+	r.speedupOver(plain, spec)
+	ls := r.LoopSplit
+	if ls == nil {
+		t.Fatal("no loop split for a mode that drafted")
+	}
+	// Looping: (50+70)/(10+10) = 6 accepted per round → 7; speedups 4, 8 → median 6.
+	// Non-looping: (10+20)/(20+30) = 0.6 → 1.6; speedups 1, 2 → median 1.5.
+	if ls.Looping.Runs != 2 || math.Abs(ls.Looping.MeanAcceptanceLength-7) > 1e-12 || math.Abs(ls.Looping.Speedup-6) > 1e-9 {
+		t.Errorf("looping %+v, want 2 runs, acceptance length 7, speedup 6", ls.Looping)
+	}
+	if ls.NonLooping.Runs != 2 || math.Abs(ls.NonLooping.MeanAcceptanceLength-1.6) > 1e-12 || math.Abs(ls.NonLooping.Speedup-1.5) > 1e-9 {
+		t.Errorf("non-looping %+v, want 2 runs, acceptance length 1.6, speedup 1.5", ls.NonLooping)
+	}
+	// All runs: (50+10+70+20)/70 → 1 + 150/70.
+	if math.Abs(r.MeanAcceptanceLength-(1+150.0/70)) > 1e-12 {
+		t.Errorf("overall acceptance length %v, want %v", r.MeanAcceptanceLength, 1+150.0/70)
+	}
+	if p := plain.result(); p.LoopSplit != nil {
+		t.Errorf("plain mode has a loop split %+v; it drafts nothing", p.LoopSplit)
+	}
+}
+
+// Prompt file lines: token ids, a JSON string (newlines escaped), or text.
+func TestParsePromptLine(t *testing.T) {
+	cases := []struct {
+		line, text string
+		ids        []int32
+		err        string
+	}{
+		{line: `func main() {`, text: `func main() {`},
+		{line: `"package main\n\nfunc f() {\n\treturn \"x\"\n"`, text: "package main\n\nfunc f() {\n\treturn \"x\"\n"},
+		{line: `[1, 2, 3]`, text: `[1, 2, 3]`, ids: []int32{1, 2, 3}},
+		{line: `"unterminated`, err: "is a JSON string"},
+		{line: `[1, "a"]`, err: "token ids as a JSON array"},
+	}
+	for _, c := range cases {
+		text, ids, err := parsePromptLine(c.line)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: error %v, want one saying %q", c.line, err, c.err)
+			}
+			continue
+		}
+		if err != nil || text != c.text || !slices.Equal(ids, c.ids) {
+			t.Errorf("%s: got %q %v %v, want %q %v", c.line, text, ids, err, c.text, c.ids)
+		}
+	}
+}
+
+// bench --sweep runs the draft pinned at each depth, paired with plain
+// runs, and reports the loop split of every drafting mode.
+func TestE2EBenchSweep(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--sweep", "--depths", "1,3", "--repeats", "1", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var out struct {
+		Prompts int `json:"prompts"`
+		Sweep   []struct {
+			Mode      string              `json:"mode"`
+			Depth     int                 `json:"depth"`
+			Runs      int                 `json:"runs"`
+			Accept    float64             `json:"mean_acceptance_length"`
+			Speedup   struct{ Pairs int } `json:"speedup"`
+			ByPos     []float64           `json:"acceptance_by_position"`
+			LoopSplit *struct {
+				L struct{ Runs int } `json:"looping"`
+				N struct{ Runs int } `json:"non_looping"`
+			} `json:"loop_split"`
+		} `json:"sweep"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if len(out.Sweep) != 2 {
+		t.Fatalf("sweep %+v, want depths 1 and 3", out.Sweep)
+	}
+	for i, d := range []int{1, 3} {
+		s := out.Sweep[i]
+		// Six tokens: no continuation reaches the 64-token loop window.
+		if s.Depth != d || s.Mode != fmt.Sprintf("depth %d", d) || s.Runs != out.Prompts || s.Speedup.Pairs != out.Prompts ||
+			s.Accept < 1 || len(s.ByPos) > d || s.LoopSplit == nil || s.LoopSplit.N.Runs != out.Prompts || s.LoopSplit.L.Runs != 0 {
+			t.Errorf("sweep row %d: %+v", i, s)
+		}
+	}
+	_, stderr, code = execSpecula(t, "bench", "-m", m, "--sweep", "--depths", "1-8", "--quiet")
+	if code != exitUsage || !strings.Contains(stderr, "depth 8 is beyond") || !strings.Contains(stderr, "--depths 1-7") {
+		t.Errorf("depth past the block: exit %d, %s", code, stderr)
 	}
 }
