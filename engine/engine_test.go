@@ -207,6 +207,10 @@ func TestRequestErrors(t *testing.T) {
 	if _, err := e.Generate(context.Background(), engine.Request{Prompt: "hello"}, nil); !errors.Is(err, engine.ErrNoTokenizer) {
 		t.Fatalf("text prompt without a tokenizer: %v", err)
 	}
+	_, err := e.Generate(context.Background(), engine.Request{IDs: []int32{1, 2}, StopStrings: []string{"x"}}, nil)
+	if pe := (*engine.PromptError)(nil); !errors.As(err, &pe) || !strings.Contains(err.Error(), `stop strings ["x"] need the target's tokenizer.json`) {
+		t.Fatalf("a stop string without a tokenizer (it could never match): %v", err)
+	}
 }
 
 // weights = false on a draft that has weights: the engine reads nothing and

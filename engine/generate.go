@@ -214,6 +214,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		eos = append(eos, int32(id))
 	}
 	stops := slices.Concat(e.plan.Sampling.StopStrings, req.StopStrings)
+	if len(stops) > 0 && e.tok == nil {
+		// Stop strings match decoded text; without a tokenizer they
+		// would never match, and generation would run past them unsaid.
+		return nil, &PromptError{fmt.Errorf("stop strings %q need the target's tokenizer.json to match the text, and the target checkpoint has none: stop at token ids instead", stops)}
+	}
 
 	resp := &Response{PromptIDs: prompt, PromptTokens: len(prompt)}
 	var stream *tokenizer.Stream

@@ -103,6 +103,12 @@ func TestE2EIgnoredInputIsReported(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, stdout, stderr, c.want)
 		}
 	}
+	// A stop string is matched against decoded text: without a tokenizer
+	// it could never stop anything.
+	stdout, stderr, code := execSpecula(t, "run", "-m", m, "--ids", "1,2", "--stop", "x", "--quiet")
+	if want := "specula run: stop strings [\"x\"] need the target's tokenizer.json to match the text, and the target checkpoint has none: stop at token ids instead\n"; code != 1 || stdout != "" || stderr != want {
+		t.Errorf("--stop without a tokenizer: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, stdout, stderr, want)
+	}
 	for _, c := range []struct {
 		env, want string
 	}{
