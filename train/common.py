@@ -47,10 +47,10 @@ class Preset:
     target_tokens: int = 52_000_000    # tokens seen (train until this many or the time budget)
     target_seconds: float = 250.0      # wall-clock budget of the training loop
     # regeneration
-    regen_sequences: int = 16384
+    regen_sequences: int = 49152
     prompt_len: int = 64
     gen_len: int = 192
-    regen_batch: int = 2048
+    regen_batch: int = 4096
     # drafts
     draft_layers: int = 1
     draft_intermediate: int = 768
@@ -60,7 +60,7 @@ class Preset:
     draft_batch: int = 32
     anchors: int = 64
     draft_lr: float = 1e-3
-    draft_seconds: float = 190.0
+    draft_seconds: float = 150.0
     draft_steps: int = 1_000_000       # upper bound; time usually ends training first
     selector_weight: float = 1.0
     # evaluation
