@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -245,5 +247,24 @@ func TestE2EBenchSweep(t *testing.T) {
 	_, stderr, code = execSpecula(t, "bench", "-m", m, "--sweep", "--depths", "1-8", "--quiet")
 	if code != exitUsage || !strings.Contains(stderr, "depth 8 is beyond") || !strings.Contains(stderr, "--depths 1-7") {
 		t.Errorf("depth past the block: exit %d, %s", code, stderr)
+	}
+}
+
+// testdata/go-prompts.txt (scripts/go-prompts.py) is what bench reads: 32
+// lines, each one JSON string holding several lines of Go.
+func TestGoPromptsFile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "go-prompts.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 32 {
+		t.Fatalf("%d prompts, want 32", len(lines))
+	}
+	for i, line := range lines {
+		text, ids, err := parsePromptLine(line)
+		if err != nil || ids != nil || !strings.HasPrefix(line, `"`) || strings.Count(text, "\n") < 5 {
+			t.Errorf("line %d: %q (%v): want a JSON string of several lines of Go", i+1, text, err)
+		}
 	}
 }
