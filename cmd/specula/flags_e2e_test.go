@@ -123,3 +123,25 @@ func TestE2EIgnoredInputIsReported(t *testing.T) {
 		}
 	}
 }
+
+// serve's limits refuse values with no meaning (exit 2, one line naming
+// the flag and its range) instead of quietly using their defaults.
+func TestE2EServeFlagsAreValidated(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--max-queue", "0"}, "specula serve: --max-queue 0 is out of range: want >= 1\n"},
+		{[]string{"--max-body", "-1"}, "specula serve: --max-body -1 is out of range: want >= 1\n"},
+		{[]string{"--prompt-cache-bytes", "-1"}, "specula serve: --prompt-cache-bytes -1 is out of range: want >= 0 (0: no prompt cache)\n"},
+		{[]string{"--request-timeout", "-1s"}, "specula serve: --request-timeout -1s is out of range: want >= 0 (0: no limit)\n"},
+		{[]string{"--shutdown-grace", "-1s"}, "specula serve: --shutdown-grace -1s is out of range: want >= 0 (0: cancel running requests at once)\n"},
+		{[]string{"--port", "70000"}, "specula serve: --port 70000 is out of range: want 0 to 65535\n"},
+	} {
+		stdout, stderr, code := execSpecula(t, append(append([]string{"serve"}, c.flags...), m)...)
+		if code != 2 || stdout != "" || stderr != c.want {
+			t.Errorf("serve %v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.flags, code, stdout, stderr, c.want)
+		}
+	}
+}

@@ -49,6 +49,25 @@ func runServe(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "specula serve: --port %d is out of range: want 0 to 65535\n", *port)
 		return exitUsage
 	}
+	// Values with no meaning are refused rather than replaced by a default
+	// the user did not ask for (--keep-alive's negative values mean
+	// "until shutdown").
+	for _, c := range []struct {
+		bad       bool
+		flag, got string
+		want      string
+	}{
+		{*maxQueue < 1, "max-queue", strconv.Itoa(*maxQueue), ">= 1"},
+		{*maxBody < 1, "max-body", strconv.FormatInt(*maxBody, 10), ">= 1"},
+		{*promptCache < 0, "prompt-cache-bytes", strconv.FormatInt(*promptCache, 10), ">= 0 (0: no prompt cache)"},
+		{*timeout < 0, "request-timeout", timeout.String(), ">= 0 (0: no limit)"},
+		{*grace < 0, "shutdown-grace", grace.String(), ">= 0 (0: cancel running requests at once)"},
+	} {
+		if c.bad {
+			fmt.Fprintf(e.stderr, "specula serve: --%s %s is out of range: want %s\n", c.flag, c.got, c.want)
+			return exitUsage
+		}
+	}
 	paths, err := server.ManifestPaths(pos)
 	if err != nil {
 		return fail(e, "serve", err)
@@ -69,7 +88,7 @@ func runServe(e *env, args []string) int {
 	server.Version = version
 	srv, err := server.New(server.Config{
 		Manifests:      paths,
-		Load:           server.EngineLoader(max(0, *promptCache), &engine.Options{LoadPlugin: loadPlugin, Logger: log}),
+		Load:           server.EngineLoader(*promptCache, &engine.Options{LoadPlugin: loadPlugin, Logger: log}),
 		KeepAlive:      *keepAlive,
 		MaxQueue:       *maxQueue,
 		MaxBodyBytes:   *maxBody,
