@@ -27,6 +27,26 @@ func benchConfig() *qwen35.Config {
 	}
 }
 
+// goTinyConfig has models/go-tiny's shapes (H 384, I 1152, 8 layers of which
+// every fourth is attention, 6/2 heads of 64, delta-net 3/6 heads of 64, V
+// 8192, tied head): the target of the CPU speculative benchmarks, where a
+// round's fixed costs weigh most.
+func goTinyConfig() *qwen35.Config {
+	c := benchConfig()
+	c.HiddenSize, c.NumLayers, c.IntermediateSize, c.VocabSize = 384, 8, 1152, 8192
+	c.NumHeads, c.NumKVHeads, c.HeadDim = 6, 2, 64
+	c.LinearKeyHeads, c.LinearValueHeads, c.LinearKeyDim, c.LinearValueDim = 3, 6, 64, 64
+	c.LayerTypes = nil
+	for i := range c.NumLayers {
+		t := qwen35.LinearAttention
+		if i%4 == 3 {
+			t = qwen35.FullAttention
+		}
+		c.LayerTypes = append(c.LayerTypes, t)
+	}
+	return c
+}
+
 // randomCheckpoint returns random weights for cfg in the raw Hugging Face
 // layout (model.* names, zero-centred norms, conv1d [C, 1, Kc]), made in
 // memory from seed.
@@ -77,7 +97,7 @@ func randomCheckpoint(cfg *qwen35.Config, seed uint64) map[string]*mlx.Array {
 // benchModel builds the random benchmark model on the worker, computing in
 // float32 on the CPU (MLX's x86 backend is only fast for float32 matmul)
 // and bfloat16 on a GPU.
-func benchModel(b *testing.B) *qwen35.Model {
+func benchModel(b *testing.B, cfg *qwen35.Config) *qwen35.Model {
 	var m *qwen35.Model
 	err := mlx.Do(context.Background(), func() error {
 		dtype := mlx.Float32
@@ -85,7 +105,7 @@ func benchModel(b *testing.B) *qwen35.Model {
 			dtype = mlx.BFloat16
 		}
 		var err error
-		if m, err = qwen35.NewFromConfig(benchConfig(), dtype); err != nil {
+		if m, err = qwen35.NewFromConfig(cfg, dtype); err != nil {
 			return err
 		}
 		b.Logf("benchmark model: %d layers, H %d, V %d, %s on the %s", m.NumLayers(), m.Info().HiddenSize, m.Info().VocabSize, dtype, mlx.CurrentDevice())
@@ -102,7 +122,7 @@ func benchModel(b *testing.B) *qwen35.Model {
 
 // BenchmarkPrefill128 measures a 128-token prefill from empty caches.
 func BenchmarkPrefill128(b *testing.B) {
-	m := benchModel(b)
+	m := benchModel(b, benchConfig())
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
 	qwen35test.BenchPrefill(b, m, 128)
 }
@@ -110,7 +130,7 @@ func BenchmarkPrefill128(b *testing.B) {
 // BenchmarkDecode measures single-token greedy decoding after a 128-token
 // prefill.
 func BenchmarkDecode(b *testing.B) {
-	m := benchModel(b)
+	m := benchModel(b, benchConfig())
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
 	qwen35test.BenchDecode(b, m, 128)
 }
@@ -118,7 +138,21 @@ func BenchmarkDecode(b *testing.B) {
 // BenchmarkVerify8 measures the target's side of a speculative round at
 // depth 7 after a 128-token prefill.
 func BenchmarkVerify8(b *testing.B) {
-	m := benchModel(b)
+	m := benchModel(b, benchConfig())
+	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
+	qwen35test.BenchVerify(b, m, 128, 8)
+}
+
+// BenchmarkGoTinyDecode is BenchmarkDecode on go-tiny's shapes.
+func BenchmarkGoTinyDecode(b *testing.B) {
+	m := benchModel(b, goTinyConfig())
+	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
+	qwen35test.BenchDecode(b, m, 128)
+}
+
+// BenchmarkGoTinyVerify8 is BenchmarkVerify8 on go-tiny's shapes.
+func BenchmarkGoTinyVerify8(b *testing.B) {
+	m := benchModel(b, goTinyConfig())
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
 	qwen35test.BenchVerify(b, m, 128, 8)
 }

@@ -74,9 +74,19 @@ func runSynth(e *env, args []string) int {
 			d.TargetLayerIDs = append(d.TargetLayerIDs, min(q.Layers-1, 1+i*max(1, (q.Layers-2)/5)))
 		}
 		d.TargetLayerIDs = uniqueAscending(d.TargetLayerIDs)
+		if *shape == "go-tiny" {
+			// models/go-tiny's drafts: one layer with the target's
+			// attention shape, reading the middle layer (train/'s rule
+			// for one draft layer), blocks of 8.
+			d.Layers, d.Heads, d.KVHeads, d.HeadDim = 1, q.Heads, q.KVHeads, q.HeadDim
+			d.BlockSize, d.TargetLayerIDs = 8, []int{q.Layers / 2}
+		}
 		if *draft == "dflash2" {
 			d.DFlash2, d.BlockSize, d.SlidingWindow = true, 8, 2048
 			d.ConvKernel, d.ConvGroup, d.SelectorRank, d.SelectorTopK = 2, 16, 256, 16
+			if *shape == "go-tiny" {
+				d.SelectorRank = 64
+			}
 			caps = `["draft", "block-draft", "selector"]`
 		}
 	default:

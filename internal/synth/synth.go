@@ -58,16 +58,20 @@ type Qwen35 struct {
 }
 
 // Sizes lists the released Qwen3.5 sizes Qwen35Shape knows.
-const Sizes = "0.8B, 4B, 27B, 35B-A3B, 122B-A10B, 397B-A17B"
+const Sizes = "go-tiny, 0.8B, 4B, 27B, 35B-A3B, 122B-A10B, 397B-A17B"
 
 // Qwen35Shape returns the layer shapes of a released Qwen3.5 size ("0.8B",
 // "4B", "27B", or the MoE sizes "35B-A3B", "122B-A10B", "397B-A17B";
-// spec/qwen35.md section 13) with the given number of layers (0 keeps the
-// release's).
+// spec/qwen35.md section 13), or of the project's own trained "go-tiny"
+// target (models/go-tiny: 18 M parameters, vocabulary 8192), with the given
+// number of layers (0 keeps the release's).
 func Qwen35Shape(size string, layers int) (Qwen35, error) {
 	q := Qwen35{Vocab: 248320, HeadDim: 256, LinearKeyHeads: 16, LinearKeyDim: 128, LinearValueDim: 128,
 		ConvKernel: 4, FullAttentionInterval: 4, RopeTheta: 1e7, PartialRotary: 0.25, DType: BFloat16, Seed: 1}
 	switch size {
+	case "go-tiny":
+		q.Vocab, q.HeadDim, q.LinearKeyHeads, q.LinearKeyDim, q.LinearValueDim = 8192, 64, 3, 64, 64
+		q.Hidden, q.Intermediate, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads, q.TieEmbeddings = 384, 1152, 8, 6, 2, 6, true
 	case "0.8B":
 		q.Hidden, q.Intermediate, q.Layers, q.Heads, q.KVHeads, q.LinearValueHeads, q.TieEmbeddings = 1024, 3584, 24, 8, 2, 16, true
 	case "4B":

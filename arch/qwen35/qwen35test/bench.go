@@ -2,6 +2,7 @@ package qwen35test
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +13,17 @@ import (
 
 // The benchmark loops the Qwen3.5-family targets share; each architecture
 // builds its own random model and calls them.
+
+// processCPU is the CPU time the process has used (every thread, user and
+// system). On a shared machine it measures a loop's own work better than
+// the wall clock, which also counts the time other processes held the cores.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // BenchIDs returns n token ids below v.
 func BenchIDs(n, v int) []int32 {
@@ -52,10 +64,11 @@ func BenchPrefill(b *testing.B, m model.Model, n int) {
 
 // BenchDecode measures single-token greedy decoding of m after a
 // prompt-token prefill: one forward, the argmax and the cache state
-// evaluated per token. It reports tok/s and the graph nodes of one step.
+// evaluated per token. It reports tok/s, the CPU time per token (all
+// threads) and the graph nodes of one step.
 func BenchDecode(b *testing.B, m model.Model, prompt int) {
 	ids := BenchIDs(prompt, m.Info().VocabSize)
-	var elapsed time.Duration
+	var elapsed, cpu time.Duration
 	err := mlx.Do(context.Background(), func() error {
 		caches := m.NewCaches()
 		defer FreeCaches(caches)
@@ -91,7 +104,7 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 		}
 		mlx.Sweep()
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for range b.N {
 			h, _ := m.Forward(Batch(next, caches[0].Offset()), caches)
 			tok := mlx.Argmax(m.Unembed(h), -1, false)
@@ -103,13 +116,14 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 			}
 			mlx.Sweep()
 		}
-		elapsed = time.Since(start)
+		elapsed, cpu = time.Since(start), processCPU()-cpu0
 		return nil
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tok/s")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/token")
 }
 
 func cacheState(caches []cache.Cache) []*mlx.Array {
@@ -125,11 +139,12 @@ func cacheState(caches []cache.Cache) []*mlx.Array {
 // drafts, one forward over n tokens, the argmax of every row and the cache
 // state evaluated, then all drafts kept (as when all are accepted). Compare
 // its time with BenchDecode's: the ideal speedup at depth n−1 is
-// n × decode time / verify time. It reports ms/round and the graph nodes
+// n × decode time / verify time. It reports ms/round, the CPU time per
+// round (all threads) and the graph nodes
 // of one round.
 func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
 	ids := BenchIDs(prompt+n*(b.N+1), m.Info().VocabSize)
-	var elapsed time.Duration
+	var elapsed, cpu time.Duration
 	err := mlx.Do(context.Background(), func() error {
 		caches := m.NewCaches()
 		defer FreeCaches(caches)
@@ -169,17 +184,18 @@ func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
 			return err
 		}
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for i := range b.N {
 			if err := round(i+1, false); err != nil {
 				return err
 			}
 		}
-		elapsed = time.Since(start)
+		elapsed, cpu = time.Since(start), processCPU()-cpu0
 		return nil
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(elapsed.Microseconds())/1000/float64(b.N), "ms/round")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/round")
 }
