@@ -219,3 +219,102 @@ func TestScaledDotProductAttention(t *testing.T) {
 		check(t, "additive mask", sdpa(mlx.AttentionMask{Array: addMask}), sdpaRef(q, k, v, scale, band), 1e-4, 1e-5)
 	})
 }
+
+// SigmoidMulCPU: silu(a) ⊙ b and a ⊙ σ(b) against a float64 reference, and
+// bit for bit against MLX's compiled kernel of the same ops (the models'
+// values before the shim served them), for rows that fill whole 8-float
+// groups (16) and rows with a remainder (37), for contiguous operands and for
+// the two halves of one fused projection (strided views, as SwiGLU splits
+// gate_up), over values from the normal range to the exp kernel's edges
+// (|x| near and beyond 88, zeros of both signs, NaN, infinities).
+func TestSigmoidMulCPU(t *testing.T) {
+	compiled := map[bool]*mlx.Compiled{
+		true: mlx.Compile("test_silu_mul", 1, func(in []*mlx.Array) []*mlx.Array {
+			return []*mlx.Array{mlx.Multiply(mlx.Silu(in[0]), in[1])}
+		}),
+		false: mlx.Compile("test_sigmoid_gate", 1, func(in []*mlx.Array) []*mlx.Array {
+			return []*mlx.Array{mlx.Multiply(in[0], mlx.Sigmoid(in[1]))}
+		}),
+	}
+	sigmoid := func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			if _, ok := mlx.SigmoidMulCPU(mlx.Zeros(mlx.Float32, 2), mlx.Zeros(mlx.Float32, 2), true); ok {
+				t.Fatalf("SigmoidMulCPU served a call off the CPU")
+			}
+			return
+		}
+		r := newRand(t)
+		edges := []float64{0, math.Copysign(0, -1), 87.9, 88, 88.1, -87.9, -88, -88.1, 100, -100, 1e30, -1e30,
+			0.5, -0.5, 1.5, -2.5, 1e-8, -1e-8, math.Inf(1), math.Inf(-1), math.NaN()}
+		for _, D := range []int{16, 37} {
+			fused := randTensor(r, 3, 2*D)
+			for i := range fused.data {
+				fused.data[i] *= 4
+			}
+			copy(fused.data, edges)
+			copy(fused.data[len(fused.data)-len(edges):], edges)
+			fused.roundF32()
+			fm := fused.mlx()
+			halves := mlx.Split(fm, -1, D)
+			a, b := mlx.Contiguous(halves[0]), mlx.Contiguous(halves[1])
+			for _, silu := range []bool{true, false} {
+				want := newTensor(3, D)
+				for i := range 3 {
+					for j := range D {
+						x, y := fused.at(i, j), fused.at(i, D+j)
+						if silu {
+							want.data[i*D+j] = x * sigmoid(x) * y
+						} else {
+							want.data[i*D+j] = x * sigmoid(y)
+						}
+					}
+				}
+				for _, in := range []struct {
+					name string
+					a, b *mlx.Array
+				}{{"contiguous", a, b}, {"views", halves[0], halves[1]}} {
+					name := fmt.Sprintf("silu=%v D=%d %s", silu, D, in.name)
+					got, ok := mlx.SigmoidMulCPU(in.a, in.b, silu)
+					if !ok {
+						t.Fatalf("%s: the CPU kernel did not serve float32 operands of one shape", name)
+					}
+					ops, err := mlx.GraphOps(got)
+					t.NoErr(err)
+					if ops["SigmoidMulCPU"] != 1 {
+						t.Fatalf("%s: graph %v, want one SigmoidMulCPU node", name, ops)
+					}
+					g := t.Float32s(got)
+					c := t.Float32s(compiled[silu].Call(in.a, in.b)[0])
+					for i := range g {
+						if math.Float32bits(g[i]) != math.Float32bits(c[i]) && !(g[i] != g[i] && c[i] != c[i]) {
+							t.Fatalf("%s: element %d (inputs %v, %v) is %v, MLX's compiled kernel gives %v",
+								name, i, fused.at(i/D, i%D), fused.at(i/D, D+i%D), g[i], c[i])
+						}
+					}
+					// The float64 reference, over the finite values only.
+					finite := newTensor(3, D)
+					gotFinite := make([]float32, len(g))
+					for i := range g {
+						w := want.data[i]
+						if math.IsNaN(w) || math.IsInf(w, 0) || math.Abs(w) > 1e30 {
+							w = 0
+							gotFinite[i] = 0
+						} else {
+							gotFinite[i] = g[i]
+						}
+						finite.data[i] = w
+					}
+					check(t, name, mlx.FromFloat32s(gotFinite, 3, D), finite, 1e-5, 1e-6)
+				}
+			}
+		}
+		// bfloat16, or operands of different shapes, are left to the caller.
+		if _, ok := mlx.SigmoidMulCPU(mlx.AsType(mlx.Zeros(mlx.Float32, 4), mlx.BFloat16), mlx.AsType(mlx.Zeros(mlx.Float32, 4), mlx.BFloat16), true); ok {
+			t.Fatalf("SigmoidMulCPU served bfloat16 operands")
+		}
+		if _, ok := mlx.SigmoidMulCPU(mlx.Zeros(mlx.Float32, 2, 4), mlx.Zeros(mlx.Float32, 4), true); ok {
+			t.Fatalf("SigmoidMulCPU served operands of different shapes")
+		}
+	})
+}

@@ -6,7 +6,10 @@ package mlx
 */
 import "C"
 
-import "unsafe"
+import (
+	"slices"
+	"unsafe"
+)
 
 // Ops build graph nodes on the worker's default stream; nothing runs until
 // Eval. A failing op records the first error in the current scope and returns
@@ -692,6 +695,31 @@ func RMSNorm(x, weight *Array, eps float32) *Array {
 	return build(func(out *C.spx_array) C.int {
 		return C.spx_rms_norm(out, x.c, h(weight), C.float(eps), defaultStream)
 	}, x, weight)
+}
+
+// SigmoidMulCPU returns silu(a) ⊙ b when silu is set, else a ⊙ σ(b), as one
+// vectorised node, and true, when the CPU kernel serves the call: the CPU
+// device, float32 operands of one shape. Each element equals the one MLX's
+// compiled kernel of the same ops computes, to the bit. Otherwise it returns
+// nil and false, and the caller composes the product from MLX's ops.
+func SigmoidMulCPU(a, b *Array, silu bool) (*Array, bool) {
+	must(a)
+	must(b)
+	if !a.Valid() || !b.Valid() || CurrentDevice() != CPU || a.DType() != Float32 || b.DType() != Float32 || !slices.Equal(a.Shape(), b.Shape()) {
+		return nil, false
+	}
+	var out C.spx_array
+	if err := status(C.spx_sigmoid_mul_cpu(&out, a.c, b.c, C.bool(silu), defaultStream)); err != nil {
+		if out.ctx != nil {
+			C.spx_array_free(out)
+		}
+		record(err)
+		return empty(), true
+	}
+	if out.ctx == nil {
+		return nil, false
+	}
+	return wrap(out), true
 }
 
 // RoPE rotates the first dims features of x [..., L, D] for positions

@@ -2,10 +2,11 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: f9a154ce6f84beeb9b9ded978c5b4011
+// shim digest: 29c7990f22c37012eb5730b47597f99b
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
 #include "shim/system.cpp"
 #include "shim/gdn.cpp"
 #include "shim/norm.cpp"
+#include "shim/act.cpp"

@@ -14,6 +14,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/specula-dev/specula/cache"
@@ -29,6 +30,14 @@ func RMSNorm(x, w *mlx.Array, eps float32) *mlx.Array { return mlx.RMSNorm(x, w,
 // gated linear-attention layers. Everything after the norm's own kernel runs
 // as one fused kernel (see compiledGatedNorm).
 func GatedRMSNorm(x, gate, w *mlx.Array, eps float32, dtype mlx.DType) *mlx.Array {
+	if mlx.CurrentDevice() == mlx.CPU && dtype == mlx.Float32 && x.DType() == mlx.Float32 && gate.DType() == mlx.Float32 &&
+		w.DType() == mlx.Float32 && slices.Equal(x.Shape(), gate.Shape()) {
+		// The same values in two nodes: the norm, then the shim's
+		// vectorised silu(gate) ⊙ y where it serves (the CPU).
+		if y, ok := mlx.SigmoidMulCPU(gate, mlx.RMSNorm(x, w, eps), true); ok {
+			return y
+		}
+	}
 	return compiledGatedNorm(eps, dtype).Call(x, gate, w)[0]
 }
 
@@ -73,16 +82,28 @@ func L2Norm(x *mlx.Array, eps float32, scale float64) *mlx.Array {
 }
 
 // SiLUMul returns silu(a) ⊙ b as one fused kernel: the activation of gated
-// MLPs.
-func SiLUMul(a, b *mlx.Array) *mlx.Array { return siluMul.Call(a, b)[0] }
+// MLPs. On the CPU in float32 that is the shim's vectorised kernel (MLX's
+// compiled one is scalar there), with the same values.
+func SiLUMul(a, b *mlx.Array) *mlx.Array {
+	if y, ok := mlx.SigmoidMulCPU(a, b, true); ok {
+		return y
+	}
+	return siluMul.Call(a, b)[0]
+}
 
 var siluMul = mlx.Compile("silu_mul", 1, func(in []*mlx.Array) []*mlx.Array {
 	return []*mlx.Array{mlx.Multiply(mlx.Silu(in[0]), in[1])}
 })
 
 // SigmoidGate returns x ⊙ σ(gate) as one fused kernel: the output gate of
-// gated attention.
-func SigmoidGate(x, gate *mlx.Array) *mlx.Array { return sigmoidGate.Call(x, gate)[0] }
+// gated attention (on the CPU in float32, the shim's vectorised kernel, as
+// for SiLUMul).
+func SigmoidGate(x, gate *mlx.Array) *mlx.Array {
+	if y, ok := mlx.SigmoidMulCPU(x, gate, false); ok {
+		return y
+	}
+	return sigmoidGate.Call(x, gate)[0]
+}
 
 var sigmoidGate = mlx.Compile("sigmoid_gate", 1, func(in []*mlx.Array) []*mlx.Array {
 	return []*mlx.Array{mlx.Multiply(in[0], mlx.Sigmoid(in[1]))}

@@ -19,6 +19,31 @@
 
 namespace {
 
+// row_starts returns, for each row of x's last axis (in row-major order of
+// the other axes), the offset of its first element in x's layout; act.cpp
+// reads its operands through it too.
+std::vector<int64_t> row_starts(const mx::array& x) {
+  const int D = x.ndim() == 0 ? 0 : x.shape(-1);
+  const size_t rows = D == 0 ? 0 : x.size() / D;
+  std::vector<int64_t> starts(rows);
+  const int nd = x.ndim();
+  std::vector<int> idx(nd > 0 ? nd - 1 : 0, 0);
+  for (size_t r = 0; r < rows; r++) {
+    int64_t off = 0;
+    for (int a = 0; a < nd - 1; a++) {
+      off += int64_t(idx[a]) * x.strides()[a];
+    }
+    starts[r] = off;
+    for (int a = nd - 2; a >= 0; a--) {
+      if (++idx[a] < x.shape(a)) {
+        break;
+      }
+      idx[a] = 0;
+    }
+  }
+  return starts;
+}
+
 // RMSNormCPU: y = x · rsqrt(mean(x²) + ε) · w over the last axis, float32.
 // Inputs x (any rank ≥ 1, any strides) and optionally w [D] (any stride).
 class RMSNormCPU : public mx::UnaryPrimitive {
@@ -29,24 +54,8 @@ class RMSNormCPU : public mx::UnaryPrimitive {
     out.set_data(mx::allocator::malloc(out.nbytes()));
     const mx::array& x = in[0];
     const int D = x.shape(-1);
-    const size_t rows = D == 0 ? 0 : x.size() / D;
-    // Row r starts at the offset of element (r, 0) in x's layout.
-    std::vector<int64_t> starts(rows);
     const int nd = x.ndim();
-    std::vector<int> idx(nd > 0 ? nd - 1 : 0, 0);
-    for (size_t r = 0; r < rows; r++) {
-      int64_t off = 0;
-      for (int a = 0; a < nd - 1; a++) {
-        off += int64_t(idx[a]) * x.strides()[a];
-      }
-      starts[r] = off;
-      for (int a = nd - 2; a >= 0; a--) {
-        if (++idx[a] < x.shape(a)) {
-          break;
-        }
-        idx[a] = 0;
-      }
-    }
+    std::vector<int64_t> starts = row_starts(x);
     const float* xp = x.data<float>();
     const int64_t xs = x.strides()[nd - 1];
     const float* wp = in.size() > 1 ? in[1].data<float>() : nullptr;

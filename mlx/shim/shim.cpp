@@ -16,10 +16,12 @@
 
 namespace mx = mlx::core;
 
-// One-node CPU kernels for ops that MLX composes from many nodes on the CPU
-// (norm.cpp); nothing when the call is not theirs.
+// One-node CPU kernels for ops that MLX composes from many nodes, or runs
+// scalar, on the CPU (norm.cpp, act.cpp); nothing when the call is not theirs.
 std::optional<mx::array> rms_norm_cpu(const mx::array& x, const std::optional<mx::array>& w,
                                       float eps, const mx::Stream& s);
+std::optional<mx::array> sigmoid_mul_cpu(const mx::array& a, const mx::array& b, bool silu,
+                                         const mx::Stream& s);
 
 namespace {
 
@@ -699,6 +701,14 @@ int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
   SPX_TRY
   assign(out, mx::conv1d(arr(input), arr(weight), stride, padding, dilation,
                          groups, stream(s)));
+  SPX_CATCH
+}
+
+int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx_stream s) {
+  SPX_TRY
+  if (auto y = sigmoid_mul_cpu(arr(a), arr(b), silu, stream(s))) {
+    assign(out, std::move(*y));
+  }
   SPX_CATCH
 }
 

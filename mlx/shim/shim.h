@@ -265,6 +265,10 @@ int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
 /* weight may be empty (weightless RMSNorm). */
 int spx_rms_norm(spx_array* out, spx_array x, spx_array weight, float eps,
                  spx_stream s);
+/* silu(a) ⊙ b (silu) or a ⊙ σ(b) as one vectorised node on the CPU in float32
+   (operands of one shape); *out is left empty when the call is not the
+   kernel's (another device or dtype, shapes that differ). */
+int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx_stream s);
 /* offset_array may be empty, then offset is used. */
 int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
              float base, float scale, int offset, spx_array offset_array,

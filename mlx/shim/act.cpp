@@ -1,0 +1,210 @@
+// act.cpp: the sigmoid-gated products of a transformer layer as one MLX
+// primitive on the CPU, vectorised.
+//
+// silu(a) ⊙ b (the SwiGLU MLP's activation) and x ⊙ σ(g) (the gated
+// attention output) are fused by mlx.Compile into one JIT kernel each, but
+// MLX builds its CPU kernels with `g++ -O3` and no target flags, and has no
+// x86 SIMD type: every element takes the scalar path of MLX's exp, whose
+// five std::fma calls go through libm (fmaf), about 15 ns an element. When
+// the two operands are views of one fused projection (gate_up split in
+// half), the strided variant is taken for every row. On go-tiny's 8-token
+// verification these kernels cost more than the attention itself.
+//
+// SigmoidMulCPU computes the same operations as MLX's scalar path, in the
+// same order, eight lanes at a time with AVX2+FMA (one fused multiply-add per
+// std::fma, float32 rounding after every other operation, floor(x + 0.5)
+// taken exactly as MLX takes it, in double), and the remainder through the
+// scalar path itself: every element equals the compiled kernel's to the bit,
+// wherever it sits in its row, so models keep their values and a row's
+// result does not depend on the rows beside it. It is queued on the CPU
+// stream's encoder as gdn.cpp's scan is (see there for why that is correct).
+
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+
+namespace {
+
+// mlx_exp is MLX's scalar exp (backend/cpu/simd/math.h, N = 1).
+inline float mlx_exp(float x_init) {
+  float x = x_init * 1.442695f;
+  // MLX adds the double 0.5, so the sum and its floor are taken in double.
+  const float ipart = static_cast<float>(std::floor(static_cast<double>(x) + 0.5));
+  const float fpart = x - ipart;
+  x = 1.535336188319500e-4f;
+  x = std::fma(x, fpart, 1.339887440266574e-3f);
+  x = std::fma(x, fpart, 9.618437357674640e-3f);
+  x = std::fma(x, fpart, 5.550332471162809e-2f);
+  x = std::fma(x, fpart, 2.402264791363012e-1f);
+  x = std::fma(x, fpart, 6.931472028550421e-1f);
+  x = std::fma(x, fpart, 1.000000000000000f);
+  if (std::isnan(x_init)) {
+    return x_init;
+  }
+  if (x_init > 88.0f) {
+    return INFINITY;
+  }
+  if (x_init < -88.0f) {
+    return 0.0f;
+  }
+  const int32_t ebits = (static_cast<int32_t>(ipart) + 127) << 23;
+  float e;
+  std::memcpy(&e, &ebits, sizeof e);
+  return e * x;
+}
+
+// mlx_sigmoid is MLX's scalar Sigmoid (backend/cpu/unary_ops.h).
+inline float mlx_sigmoid(float x) {
+  const float y = 1.0f / (1.0f + mlx_exp(std::fabs(x)));
+  return x < 0.0f ? y : 1.0f - y;
+}
+
+// gate_one is one output element: (a · σ(a)) · b with silu, a · σ(b)
+// without, the compiled kernels' order.
+inline float gate_one(float a, float b, bool silu) {
+  return silu ? (a * mlx_sigmoid(a)) * b : a * mlx_sigmoid(b);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SPX_ACT_AVX2 __attribute__((target("avx2,fma")))
+
+// floor(x + 0.5) in double for eight floats, rounded back to float (exact:
+// the floor is an integer of at most 2^24 in magnitude wherever it is used).
+SPX_ACT_AVX2 inline __m256 floor_half_up(__m256 x) {
+  const __m256d half = _mm256_set1_pd(0.5);
+  const __m256d lo = _mm256_floor_pd(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), half));
+  const __m256d hi = _mm256_floor_pd(_mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), half));
+  return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+}
+
+SPX_ACT_AVX2 inline __m256 exp8(__m256 x_init) {
+  __m256 x = _mm256_mul_ps(x_init, _mm256_set1_ps(1.442695f));
+  const __m256 ipart = floor_half_up(x);
+  const __m256 fpart = _mm256_sub_ps(x, ipart);
+  x = _mm256_set1_ps(1.535336188319500e-4f);
+  x = _mm256_fmadd_ps(x, fpart, _mm256_set1_ps(1.339887440266574e-3f));
+  x = _mm256_fmadd_ps(x, fpart, _mm256_set1_ps(9.618437357674640e-3f));
+  x = _mm256_fmadd_ps(x, fpart, _mm256_set1_ps(5.550332471162809e-2f));
+  x = _mm256_fmadd_ps(x, fpart, _mm256_set1_ps(2.402264791363012e-1f));
+  x = _mm256_fmadd_ps(x, fpart, _mm256_set1_ps(6.931472028550421e-1f));
+  x = _mm256_fmadd_ps(x, fpart, _mm256_set1_ps(1.000000000000000f));
+  const __m256i ebits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(ipart), _mm256_set1_epi32(127)), 23);
+  __m256 r = _mm256_mul_ps(_mm256_castsi256_ps(ebits), x);
+  r = _mm256_blendv_ps(r, x_init, _mm256_cmp_ps(x_init, x_init, _CMP_UNORD_Q));
+  r = _mm256_blendv_ps(r, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x_init, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
+  r = _mm256_blendv_ps(r, _mm256_setzero_ps(), _mm256_cmp_ps(x_init, _mm256_set1_ps(-88.0f), _CMP_LT_OQ));
+  return r;
+}
+
+SPX_ACT_AVX2 inline __m256 sigmoid8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  const __m256 y = _mm256_div_ps(one, _mm256_add_ps(one, exp8(ax)));
+  return _mm256_blendv_ps(_mm256_sub_ps(one, y), y, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+}
+
+// gate_row_avx2 does a contiguous row of n elements: eight at a time, the
+// rest through gate_one.
+SPX_ACT_AVX2 void gate_row_avx2(const float* a, const float* b, float* y, int n, bool silu) {
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 av = _mm256_loadu_ps(a + j);
+    const __m256 bv = _mm256_loadu_ps(b + j);
+    const __m256 out = silu ? _mm256_mul_ps(_mm256_mul_ps(av, sigmoid8(av)), bv)
+                            : _mm256_mul_ps(av, sigmoid8(bv));
+    _mm256_storeu_ps(y + j, out);
+  }
+  for (; j < n; j++) {
+    y[j] = gate_one(a[j], b[j], silu);
+  }
+}
+
+bool have_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return yes;
+}
+#else
+bool have_avx2() { return false; }
+#endif
+
+// SigmoidMulCPU: silu(a) ⊙ b (silu) or a ⊙ σ(b), float32, for a and b of
+// one shape (rank ≥ 1, any strides); the output is row-contiguous.
+class SigmoidMulCPU : public mx::UnaryPrimitive {
+ public:
+  SigmoidMulCPU(mx::Stream s, bool silu) : mx::UnaryPrimitive(s), silu_(silu) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    const mx::array& a = in[0];
+    const mx::array& b = in[1];
+    const int D = a.shape(-1);
+    std::vector<int64_t> as = row_starts(a), bs = row_starts(b);
+    const float* ap = a.data<float>();
+    const float* bp = b.data<float>();
+    const int64_t ast = a.strides()[a.ndim() - 1], bst = b.strides()[b.ndim() - 1];
+    float* yp = out.data<float>();
+    const bool silu = silu_;
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    for (const auto& x : in) {
+      enc.set_input_array(x);
+    }
+    enc.set_output_array(out);
+    enc.dispatch([as = std::move(as), bs = std::move(bs), ap, bp, ast, bst, yp, D, silu]() {
+      const bool fast = ast == 1 && bst == 1 && have_avx2();
+      for (size_t r = 0; r < as.size(); r++) {
+        const float* a = ap + as[r];
+        const float* b = bp + bs[r];
+        float* y = yp + r * D;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (fast) {
+          gate_row_avx2(a, b, y, D, silu);
+          continue;
+        }
+#endif
+        for (int j = 0; j < D; j++) {
+          y[j] = gate_one(a[j * ast], b[j * bst], silu);
+        }
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("SigmoidMulCPU runs on the CPU only");
+  }
+
+  const char* name() const override { return "SigmoidMulCPU"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return silu_ == static_cast<const SigmoidMulCPU&>(other).silu_;
+  }
+
+ private:
+  bool silu_;
+};
+
+}  // namespace
+
+// sigmoid_mul_cpu returns silu(a) ⊙ b (silu) or a ⊙ σ(b) as one
+// SigmoidMulCPU node when it can serve the call (the CPU stream, float32
+// operands of one shape with a non-empty last axis), and nothing otherwise,
+// so that the caller composes it from MLX's ops.
+std::optional<mx::array> sigmoid_mul_cpu(const mx::array& a, const mx::array& b, bool silu,
+                                         const mx::Stream& s) {
+  if (s.device.type != mx::Device::cpu || a.ndim() == 0 || a.dtype() != mx::float32 ||
+      b.dtype() != mx::float32 || a.shape() != b.shape() || a.shape(-1) == 0) {
+    return std::nullopt;
+  }
+  return mx::array(a.shape(), mx::float32, std::make_shared<SigmoidMulCPU>(s, silu),
+                   std::vector<mx::array>{a, b});
+}
