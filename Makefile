@@ -7,7 +7,10 @@
 #   make demo      run the embedded demo (random weights, no downloads)
 #   make bench     Go benchmarks
 #
-# MLX_BACKEND=cuda selects the mlx-cuda-13 wheel instead of mlx-cpu.
+# MLX_BACKEND=cuda make deps switches .deps/ to the mlx-cuda-13 wheel and the
+# nvidia-* runtime wheels it needs (CUDA_RUNTIME=system: this machine's CUDA 13
+# libraries instead, e.g. PyTorch's); MLX_BACKEND=cpu switches back. Later
+# targets keep whichever backend .deps/ holds. docs/install.md has the details.
 
 GO        ?= go
 FUZZTIME  ?= 10s

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# runtime-libs.sh finds and checks the shared libraries specula loads at run
+# time. A "library tree" is laid out like a site-packages folder, as the MLX
+# wheel expects: mlx/lib/libmlx.so, mlx_<dist>.libs/, openblas/, and for the
+# CUDA backend nvidia/<lib>/lib (libmlx.so's RPATH is $ORIGIN/../../nvidia/...)
+# and the JIT headers (mlx/include/cccl, nvidia/cu13/include). The checkout's
+# tree is .deps/; an installed one is PREFIX/lib/specula/.
+#
+#   runtime-libs.sh check TREE [FILE...]
+#       ldd libmlx.so, OpenBLAS, every nvidia/*/lib library and each FILE (a
+#       program or plugin linked against the tree); fails, naming each missing
+#       library and who needs it, unless the only one missing is the NVIDIA
+#       driver's libcuda.so.1 (absent on machines without a GPU). For a CUDA
+#       tree it also checks the headers MLX compiles its kernels with.
+#   runtime-libs.sh find
+#       prints the folder of this machine's CUDA 13 runtime libraries laid out
+#       as the nvidia-* wheels install them (cu13/lib, cudnn/lib, nccl/lib):
+#       $SPECULA_CUDA_LIBS if set, else the first site-packages/nvidia of the
+#       Python installs found ($PYTHON, python3, /usr/bin/python3, then the
+#       usual site-packages folders) that holds them all. PyTorch's CUDA 13
+#       wheels bring exactly these.
+set -euo pipefail
+
+# The libraries libmlx.so (mlx-cuda-13) needs from the runtime, relative to
+# an nvidia/ folder; libcudart and the headers come with nvidia-cuda-runtime.
+cuda_needs="cu13/lib/libcublasLt.so.13 cu13/lib/libcublas.so.13 cu13/lib/libnvrtc.so.13
+cu13/lib/libcufft.so.12 cu13/lib/libcusolver.so.12 cu13/lib/libcusparse.so.12
+cu13/lib/libnvJitLink.so.13 cudnn/lib/libcudnn.so.9 nccl/lib/libnccl.so.2
+cu13/include/cuda_runtime.h"
+
+missing_in() { # nvidia-folder -> prints what it lacks
+  local dir="$1" f
+  for f in $cuda_needs; do
+    [ -e "$dir/$f" ] || echo "$f"
+  done
+}
+
+find_cuda() {
+  if [ -n "${SPECULA_CUDA_LIBS:-}" ]; then
+    local lack
+    lack="$(missing_in "$SPECULA_CUDA_LIBS")"
+    if [ -n "$lack" ]; then
+      echo "runtime-libs: SPECULA_CUDA_LIBS=$SPECULA_CUDA_LIBS lacks:" $lack >&2
+      echo "  it should name a folder laid out like <site-packages>/nvidia (cu13/lib, cudnn/lib, nccl/lib)" >&2
+      return 1
+    fi
+    (cd "$SPECULA_CUDA_LIBS" && pwd -P)
+    return 0
+  fi
+  local sites=() py s
+  for py in "${PYTHON:-}" python3 /usr/bin/python3 python; do
+    [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 || continue
+    while IFS= read -r s; do sites+=("$s"); done < <("$py" -c '
+import site, sys
+for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
+    print(p)' 2>/dev/null || true)
+  done
+  for s in /usr/local/lib/python3*/dist-packages /usr/local/lib/python3*/site-packages \
+    /usr/lib/python3/dist-packages /usr/lib/python3*/site-packages /opt/conda/lib/python3*/site-packages \
+    "${HOME:-/nonexistent}"/.local/lib/python3*/site-packages; do
+    sites+=("$s")
+  done
+  local partial=""
+  for s in "${sites[@]}"; do
+    [ -d "$s/nvidia" ] || continue
+    local lack
+    lack="$(missing_in "$s/nvidia")"
+    if [ -z "$lack" ]; then
+      (cd "$s/nvidia" && pwd -P)
+      return 0
+    fi
+    partial="$partial  $s/nvidia lacks: $(echo $lack)"$'\n'
+  done
+  echo "runtime-libs: no CUDA 13 runtime found in any site-packages/nvidia folder" >&2
+  [ -n "$partial" ] && printf '%s' "$partial" >&2
+  echo "  install the nvidia-* CUDA 13 wheels (PyTorch's CUDA 13 build brings them), or set SPECULA_CUDA_LIBS" >&2
+  return 1
+}
+
+check_tree() {
+  local tree="$1"
+  shift
+  local mlx="$tree/mlx/lib/libmlx.so"
+  if [ ! -f "$mlx" ]; then
+    echo "runtime-libs: $mlx does not exist (run make deps, or give the library tree of an install: PREFIX/lib/specula)" >&2
+    return 1
+  fi
+  local backend=cpu
+  if ls -d "$tree"/mlx_cuda_*.libs >/dev/null 2>&1; then backend=cuda; fi
+  local objs=("$mlx") f
+  [ -f "$tree/openblas/libscipy_openblas.so" ] && objs+=("$tree/openblas/libscipy_openblas.so")
+  if [ -d "$tree/nvidia" ]; then
+    while IFS= read -r f; do objs+=("$f"); done < <(find -L "$tree/nvidia" -path '*/lib/*.so*' -type f | sort)
+  fi
+  objs+=("$@")
+  local bad="" driver="" out
+  for f in "${objs[@]}"; do
+    out="$(ldd "$f" 2>&1 || true)"
+    while IFS= read -r line; do
+      local name="${line%% *}"
+      if [ "$name" = libcuda.so.1 ]; then
+        driver=missing
+      else
+        bad="$bad  $name (needed by $f)"$'\n'
+      fi
+    done < <(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([^[:space:]]*\) => not found.*/\1 x/p')
+  done
+  if [ "$backend" = cuda ]; then
+    [ -d "$tree/mlx/include/cccl" ] || bad="$bad  $tree/mlx/include/cccl (the CCCL headers MLX compiles kernels with)"$'\n'
+    if [ ! -f "$tree/nvidia/cu13/include/cuda_runtime.h" ]; then
+      local home="${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}"
+      [ -f "$home/include/cuda_runtime.h" ] ||
+        bad="$bad  cuda_runtime.h: neither $tree/nvidia/cu13/include nor $home/include has the CUDA headers MLX compiles kernels with"$'\n'
+    fi
+  fi
+  if [ -n "$bad" ]; then
+    echo "runtime-libs: missing for $mlx ($backend):" >&2
+    printf '%s' "$bad" | sort -u >&2
+    if [ "$backend" = cuda ] && [ ! -e "$tree/nvidia" ]; then
+      echo "  $tree/nvidia is missing: run scripts/runtime-libs.sh find to locate a CUDA 13 runtime and link it there" >&2
+    fi
+    return 1
+  fi
+  local note=""
+  if [ "$backend" = cuda ]; then
+    if [ -n "$driver" ]; then
+      note="; libcuda.so.1 (the NVIDIA driver's) is not on this machine: needed only to run"
+    else
+      note="; driver: $(ldconfig -p 2>/dev/null | sed -n 's/.*libcuda.so.1 .*=> //p' | head -n1)"
+    fi
+  fi
+  echo "runtime-libs: $backend: every library resolves (${#objs[@]} files checked)$note"
+}
+
+case "${1:-}" in
+  find) find_cuda ;;
+  check)
+    [ $# -ge 2 ] || { echo "usage: runtime-libs.sh check TREE [FILE...]" >&2; exit 2; }
+    shift
+    check_tree "$@"
+    ;;
+  *)
+    echo "usage: runtime-libs.sh check TREE [FILE...] | runtime-libs.sh find" >&2
+    exit 2
+    ;;
+esac
