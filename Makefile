@@ -4,7 +4,8 @@
 #                  every other target runs it first)
 #   make build     build bin: build/specula
 #   make test      gofmt check, go vet, all tests, short fuzz runs
-#   make demo      run the embedded demo (random weights, no downloads)
+#   make demo      plain vs DFlash vs DFlash2 on the trained go-tiny family in
+#                  models/go-tiny (DEMO_ARGS=--random: the random-weight demo)
 #   make bench     Go benchmarks
 #
 # MLX_BACKEND=cuda make deps switches .deps/ to the mlx-cuda-13 wheel and the
@@ -51,7 +52,7 @@ fuzz-short: deps
 	done
 
 demo: build
-	./build/specula demo
+	./build/specula demo $(DEMO_ARGS)
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...

@@ -21,7 +21,8 @@
 #              manifests/go-tiny-dflash2.toml)
 #   PLUGINS    folder of built plugins (default build/plugins; `make
 #              plugins` when it has no ngram plugin); PLUGINS=none skips ngram
-#   DTYPE      the ngram manifest's dtype (default float32 on the CPU)
+#   DTYPE      the ngram manifest's dtype (default auto: float32 on the CPU,
+#              bfloat16 on a GPU)
 #   OUT        reports (default build/bench-go-tiny)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -73,7 +74,7 @@ name = "go-tiny-ngram"
 [target]
 path = "$family"
 capabilities = ["model", "draft-target"]
-dtype = "${DTYPE:-float32}"
+dtype = "${DTYPE:-auto}"
 
 [draft]
 path = "."

@@ -402,10 +402,12 @@ type speedup struct {
 // prompt i.
 type benchMode struct {
 	name             string
-	depth            int // the pinned depth of a sweep mode
+	depth            int            // the pinned depth of a sweep mode
+	eng              *engine.Engine // the engine it runs on; nil: the bencher's
 	set              func(r *engine.Request, prompt int)
 	tps, ttft, round []float64 // per measured run, in run order
 	loops            []bool    // per measured run: its continuation ends in a loop
+	outputs          [][]int32 // per measured run: the generated ids
 	stats            speculation.Stats
 	loopStats        [2]speculation.Stats // [0] non-looping runs, [1] looping runs
 }
@@ -417,6 +419,7 @@ func (m *benchMode) add(resp *engine.Response) {
 		m.round = append(m.round, ms(resp.DecodeTime)/float64(rounds-1))
 	}
 	m.stats.Add(&resp.Stats)
+	m.outputs = append(m.outputs, resp.IDs)
 	loop := endsInLoop(resp.IDs)
 	m.loops = append(m.loops, loop)
 	if loop {
@@ -514,7 +517,11 @@ func (b *bencher) measure(modes ...*benchMode) error {
 		req := b.base
 		req.IDs = b.prompts[i].ids
 		m.set(&req, i)
-		return b.eng.Generate(b.ctx, req, nil)
+		eng := b.eng
+		if m.eng != nil {
+			eng = m.eng
+		}
+		return eng.Generate(b.ctx, req, nil)
 	}
 	for w := range b.warmup {
 		for _, m := range modes {

@@ -8,20 +8,22 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/specula-dev/specula/engine"
 	"github.com/specula-dev/specula/internal/synth"
+	gotiny "github.com/specula-dev/specula/models/go-tiny"
 	"github.com/specula-dev/specula/speculation"
 	"github.com/specula-dev/specula/tokenizer"
 )
 
 func init() {
-	register(&command{name: "demo", summary: "run speculative vs plain generation on an embedded random model pair", run: runDemo})
+	register(&command{name: "demo", summary: "plain vs DFlash vs DFlash2 generation on the trained go-tiny family (--random: an embedded random pair)", run: runDemo})
 }
 
-// The demo pair: a small Qwen3.5 target (3 gated delta-net layers and one
+// The random demo pair (--random): a small Qwen3.5 target (3 gated delta-net layers and one
 // gated attention layer) and a DFlash2 draft with its candidate selector,
 // sized so the demo runs in seconds on a laptop CPU in float32.
 const (
@@ -64,11 +66,26 @@ max_tokens = 64
 
 func runDemo(e *env, args []string) int {
 	fs := newFlags(e, "demo", "[flags]")
-	dir := fs.String("dir", "", "where to build the demo pair (default: the user cache folder)")
-	maxTokens := fs.Int("max-tokens", 64, "tokens to generate per run")
+	random := fs.Bool("random", false, "run the random-weight demo instead (a pair built in the cache folder, with an oracle row)")
+	dir := fs.String("dir", "", "the go-tiny family `folder` (default: found as gotiny.Locate says); with --random, where to build the random pair (default: the user cache folder)")
+	maxTokens := fs.Int("max-tokens", 0, "tokens to generate per run (default 128, or 64 with --random)")
+	repeats := fs.Int("repeats", 3, "measured runs of each mode (go-tiny); the modes take turns and the medians are shown")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	if _, code, ok := parseFlags(e, fs, args); !ok {
 		return code
+	}
+	if *maxTokens < 0 || *repeats < 1 {
+		fmt.Fprintln(e.stderr, "specula demo: --max-tokens must be >= 0 and --repeats >= 1")
+		return exitUsage
+	}
+	if !*random {
+		if *maxTokens == 0 {
+			*maxTokens = 128
+		}
+		return runGoTinyDemo(e, *dir, *maxTokens, *repeats, *asJSON)
+	}
+	if *maxTokens == 0 {
+		*maxTokens = 64
 	}
 	if *dir == "" {
 		cache, err := os.UserCacheDir()
@@ -249,4 +266,184 @@ func ensureDemo(dir string, rebuild bool) (manifest string, built bool, err erro
 		return "", false, errors.Join(err, os.RemoveAll(tmp))
 	}
 	return manifest, true, nil
+}
+
+// goTinyPrompt is the go-tiny demo's prompt: the start of a Go function
+// that is not in the standard library go-tiny was trained on, cut where the
+// idiom is clear but the rest is not given.
+const goTinyPrompt = `// countLines returns the number of lines in the file at path.
+func countLines(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+`
+
+// goTinyManifest is the manifest the demo writes for one of the family's
+// drafts (draft: its sub-folder; caps: its capabilities). dtype is left to
+// the device: float32 on the CPU, bfloat16 on a GPU.
+const goTinyManifest = `# Written by "specula demo" for the go-tiny family.
+schema = 1
+name = "go-tiny-%s"
+
+[target]
+path = %s
+capabilities = ["model", "draft-target"]
+
+[draft]
+path = %s
+capabilities = %s
+
+[sampling]
+temperature = 0.0
+`
+
+// runGoTinyDemo runs the go-tiny family: a Go prompt decoded plainly, with
+// DFlash and with DFlash2, the modes taking turns over repeats (the bench's
+// interleaving), and shows that every output is the same and what each
+// draft gains.
+func runGoTinyDemo(e *env, dir string, maxTokens, repeats int, asJSON bool) int {
+	family, err := gotiny.Locate(dir)
+	if err != nil {
+		return fail(e, "demo", fmt.Errorf("%w; `specula demo --random` runs the random-weight demo without it", err))
+	}
+	tmp, err := os.MkdirTemp("", "specula-demo-")
+	if err != nil {
+		return fail(e, "demo", err)
+	}
+	defer os.RemoveAll(tmp)
+	ctx := e.ctx
+	engines := map[string]*engine.Engine{}
+	defer func() {
+		for _, eng := range engines {
+			eng.Close()
+		}
+	}()
+	for _, d := range []struct{ name, caps string }{
+		{gotiny.DFlashDir, `["draft", "block-draft"]`},
+		{gotiny.DFlash2Dir, `["draft", "block-draft", "selector"]`},
+	} {
+		path := filepath.Join(tmp, d.name+".toml")
+		text := fmt.Sprintf(goTinyManifest, d.name, strconv.Quote(family), strconv.Quote(filepath.Join(family, d.name)), d.caps)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return fail(e, "demo", err)
+		}
+		eng, err := loadEngine(ctx, path, engine.Options{RequireTokenizer: true}, nil)
+		if err != nil {
+			return fail(e, "demo", fmt.Errorf("go-tiny family %s: %w", family, err))
+		}
+		engines[d.name] = eng
+	}
+	if !asJSON {
+		noteCPUKernels(e.stderr)
+	}
+	dflash, dflash2 := engines[gotiny.DFlashDir], engines[gotiny.DFlash2Dir]
+	prompt := dflash.Tokenizer().Tokenizer.Encode(goTinyPrompt, tokenizer.EncodeOptions{})
+	zero := float32(0)
+	b := &bencher{ctx: ctx, eng: dflash, base: engine.Request{MaxTokens: maxTokens, Temperature: &zero},
+		prompts: []benchPrompt{{label: "go", ids: prompt}}, repeats: repeats, warmup: 1, log: e.stderr, quiet: true}
+	plain := &benchMode{name: "plain", set: func(r *engine.Request, _ int) { r.NoDraft = true }}
+	modes := []*benchMode{plain,
+		{name: "DFlash", set: func(*engine.Request, int) {}},
+		{name: "DFlash2", eng: dflash2, set: func(*engine.Request, int) {}}}
+	if err := b.measure(modes...); err != nil {
+		return fail(e, "demo", err)
+	}
+	want := plain.outputs[0]
+	identical := true
+	for _, m := range modes {
+		for _, ids := range m.outputs {
+			identical = identical && slices.Equal(ids, want)
+		}
+	}
+	results := make([]modeResult, len(modes))
+	for i, m := range modes {
+		results[i] = m.result()
+		if i > 0 {
+			results[i].speedupOver(plain, m)
+		}
+	}
+	text, err := dflash.Tokenizer().Tokenizer.Decode(want, true)
+	if err != nil {
+		return fail(e, "demo", err)
+	}
+	if asJSON {
+		out := map[string]any{
+			"family":     family,
+			"prompt":     goTinyPrompt,
+			"max_tokens": maxTokens,
+			"repeats":    repeats,
+			"identical":  identical,
+			"ids":        want,
+			"text":       text,
+			"plain":      results[0],
+			"dflash":     results[1],
+			"dflash2":    results[2],
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return fail(e, "demo", err)
+		}
+	} else {
+		printGoTinyDemo(e, family, text, len(want), repeats, identical, results)
+		if !identical {
+			for _, m := range modes {
+				fmt.Fprintf(e.stdout, "%s: %v\n", m.name, m.outputs)
+			}
+		}
+	}
+	if !identical {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// printGoTinyDemo prints the go-tiny demo for a person.
+func printGoTinyDemo(e *env, family, text string, tokens, repeats int, identical bool, results []modeResult) {
+	w := e.stdout
+	fmt.Fprintf(w, "go-tiny (%s): a small Qwen3.5 target trained on the Go standard library,\n", family)
+	fmt.Fprintf(w, "with its DFlash and DFlash2 drafts. Greedy, %d runs of each mode taking turns; medians.\n\n", repeats)
+	fmt.Fprintln(w, "prompt:")
+	fmt.Fprint(w, indent(goTinyPrompt))
+	fmt.Fprintln(w, "continuation:")
+	fmt.Fprint(w, indent(text))
+	fmt.Fprintln(w)
+	if identical {
+		fmt.Fprintf(w, "The outputs are identical in every run of every mode, token for token (%d tokens): verification is exact.\n\n", tokens)
+	} else {
+		fmt.Fprintf(w, "The outputs DIFFER between runs or modes. This is a bug; please report it.\n\n")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "mode\ttok/s\tspeedup (median [95% CI])\tmean acceptance length\tacceptance by position")
+	for _, r := range results {
+		speed, acc, pos := "-", "-", "-"
+		if sp := r.SpeedupSpread; sp != nil {
+			speed = fmt.Sprintf("%.2fx [%.2f, %.2f]", sp.Median, sp.CILow, sp.CIHigh)
+		}
+		if r.MeanAcceptanceLength > 0 {
+			acc = fmt.Sprintf("%.2f", r.MeanAcceptanceLength)
+			var parts []string
+			for _, a := range r.AcceptanceByPosition {
+				parts = append(parts, fmt.Sprintf("%.2f", a))
+			}
+			pos = strings.Join(parts, " ")
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\n", r.Mode, r.TokensPerSecond.Median, speed, acc, pos)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nMean acceptance length counts the tokens each verification commits (the bonus token")
+	fmt.Fprintln(w, "included); `specula bench` measures more prompts (scripts/bench-go-tiny.sh).")
+}
+
+// indent prefixes every line of s with four spaces and ends it with a
+// newline; control characters other than tabs show as U+FFFD, so that a
+// model's odd output cannot drive the terminal.
+func indent(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return "    " + strings.Join(lines, "\n    ") + "\n"
 }

@@ -196,7 +196,7 @@ func TestE2ERunErrors(t *testing.T) {
 }
 
 func TestE2EDemo(t *testing.T) {
-	stdout, stderr, code := execSpecula(t, "demo", "--json", "--dir", filepath.Join(t.TempDir(), "demo"), "--max-tokens", "24")
+	stdout, stderr, code := execSpecula(t, "demo", "--random", "--json", "--dir", filepath.Join(t.TempDir(), "demo"), "--max-tokens", "24")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\n%s", code, stderr)
 	}

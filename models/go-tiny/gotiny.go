@@ -90,7 +90,12 @@ func locate(dir, env, exe, cwd string) (string, error) {
 		places = append(places, place{"in the checkout", filepath.Join(root, "models", "go-tiny")})
 	}
 	var tried []string
+	seen := map[string]bool{}
 	for _, p := range places {
+		if seen[filepath.Clean(p.path)] {
+			continue // a binary in the checkout's build/ names the checkout's folder twice
+		}
+		seen[filepath.Clean(p.path)] = true
 		err := check(p.path)
 		if err == nil {
 			return filepath.Abs(p.path)
@@ -100,8 +105,8 @@ func locate(dir, env, exe, cwd string) (string, error) {
 	if len(tried) == 0 {
 		tried = append(tried, "no place: the program's path is unknown and "+cwd+" is not inside specula's checkout")
 	}
-	return "", fmt.Errorf("go-tiny family not found; tried:\n  %s\nset $%s or pass its folder (the folder holding config.json, tokenizer.json, %s/ and %s/)",
-		strings.Join(tried, "\n  "), EnvDir, DFlashDir, DFlash2Dir)
+	return "", fmt.Errorf("go-tiny family not found; tried %s; set $%s or pass its folder (the one holding config.json, tokenizer.json, %s/ and %s/)",
+		strings.Join(tried, "; "), EnvDir, DFlashDir, DFlash2Dir)
 }
 
 // check says what dir lacks to be the family, or nil.
