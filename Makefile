@@ -7,6 +7,13 @@
 #   make demo      plain vs DFlash vs DFlash2 on the trained go-tiny family in
 #                  models/go-tiny (DEMO_ARGS=--random: the random-weight demo)
 #   make bench     Go benchmarks
+#   make install PREFIX=/opt/specula
+#                  the program, its MLX (and OpenBLAS, CUDA) libraries found
+#                  relative to it, example plugins, manifests and models/:
+#                  runs after the checkout is moved or deleted (docs/install.md)
+#   make test-install
+#                  install into a temporary folder and run it there with the
+#                  checkout hidden (part of make test)
 #
 # MLX_BACKEND=cuda make deps switches .deps/ to the mlx-cuda-13 wheel and the
 # nvidia-* runtime wheels it needs (CUDA_RUNTIME=system: this machine's CUDA 13
@@ -17,7 +24,9 @@ GO        ?= go
 FUZZTIME  ?= 10s
 GOFILES    = $(shell find . -name '*.go' -not -path './.deps/*' -not -path './build/*')
 
-.PHONY: all deps build test vet fmt-check fuzz-short demo bench clean
+.PHONY: all deps build test vet fmt-check fuzz-short demo bench clean install test-install
+
+PREFIX    ?= /usr/local
 
 all: build
 
@@ -39,6 +48,13 @@ vet: deps
 test: deps fmt-check vet
 	$(GO) test ./...
 	@$(MAKE) --no-print-directory fuzz-short
+	@$(MAKE) --no-print-directory test-install
+
+install: deps
+	@GO=$(GO) ./scripts/install.sh "$(PREFIX)"
+
+test-install: deps
+	@GO=$(GO) ./scripts/test-install.sh
 
 # Short fuzz runs of every parser that reads files (longer: FUZZTIME=5m).
 fuzz-short: deps
