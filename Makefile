@@ -14,6 +14,9 @@
 #   make test-install
 #                  install into a temporary folder and run it there with the
 #                  checkout hidden (part of make test)
+#   make bundle [PART_SIZE=50M]
+#                  an offline bundle in build/bundle/: the install as an xz
+#                  archive (or parts), SHA256SUMS, install-bundle.sh
 #
 # MLX_BACKEND=cuda make deps switches .deps/ to the mlx-cuda-13 wheel and the
 # nvidia-* runtime wheels it needs (CUDA_RUNTIME=system: this machine's CUDA 13
@@ -24,7 +27,7 @@ GO        ?= go
 FUZZTIME  ?= 10s
 GOFILES    = $(shell find . -name '*.go' -not -path './.deps/*' -not -path './build/*')
 
-.PHONY: all deps build test vet fmt-check fuzz-short demo bench clean install test-install
+.PHONY: all deps build test vet fmt-check fuzz-short demo bench clean install test-install bundle
 
 PREFIX    ?= /usr/local
 
@@ -55,6 +58,9 @@ install: deps
 
 test-install: deps
 	@GO=$(GO) ./scripts/test-install.sh
+
+bundle: deps
+	@GO=$(GO) ./scripts/bundle.sh
 
 # Short fuzz runs of every parser that reads files (longer: FUZZTIME=5m).
 fuzz-short: deps

@@ -37,9 +37,10 @@ deps="$root/.deps"
 GO="${GO:-go}"
 mkdir -p "$1"
 prefix="$(cd "$1" && pwd)"
-case "$prefix/" in
-  "$root"/*) echo "install: PREFIX $prefix is inside the checkout; pick a folder outside it" >&2; exit 2 ;;
-esac
+if [ "$prefix" = "$root" ]; then
+  echo "install: PREFIX is the checkout itself; pick another folder" >&2
+  exit 2
+fi
 lib="$prefix/lib/specula"
 share="$prefix/share/specula"
 

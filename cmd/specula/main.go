@@ -122,7 +122,13 @@ func dispatch(e *env, args []string) int {
 		usage(e.stdout)
 		return exitOK
 	case "-version", "--version", "version":
-		fmt.Fprintln(e.stdout, "specula", version)
+		// The MLX build and the device it picked: after an install or a
+		// bundle, the quickest proof that the GPU backend is the one loaded.
+		dev, err := mlx.Call(e.ctx, func() (mlx.Device, error) { return mlx.CurrentDevice(), nil })
+		if err != nil {
+			return fail(e, "version", err)
+		}
+		fmt.Fprintf(e.stdout, "specula %s (MLX %s, device %s)\n", version, mlx.Version(), dev)
 		return exitOK
 	}
 	c, ok := commands[args[0]]
