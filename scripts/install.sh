@@ -132,7 +132,9 @@ go=$($GO env GOVERSION)
 os_arch=${goos}_${goarch}
 EOF
 
-if [ "$backend" = cuda ] && [ ! -e "$lib/nvidia" ]; then
+if [ "$backend" = cuda ] && [ ! -e "$lib/nvidia" ] && [ -n "${BUNDLE:-}" ]; then
+  echo "install: CUDA runtime left out (CUDA_RUNTIME=system): install-bundle.sh links the one where the bundle runs"
+elif [ "$backend" = cuda ] && [ ! -e "$lib/nvidia" ]; then
   echo "install: CUDA runtime not included (CUDA_RUNTIME=system): link it where specula runs with"
   echo "  ln -s \"\$(SPECULA_CUDA_LIBS=... $lib/runtime-libs.sh find)\" $lib/nvidia"
 else
