@@ -13,7 +13,7 @@
 #   TARGETS=...   the make targets to run (default: "test demo")
 #
 # It takes long (a cold Go build of the cgo packages, every test, the short
-# fuzz runs): 20 to 40 minutes on a 2-core machine. make test does not run it.
+# fuzz runs): about 10 minutes on a 2-core machine. make test does not run it.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
