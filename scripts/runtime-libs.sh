@@ -126,7 +126,7 @@ check_tree() {
     if [ -n "$driver" ]; then
       note="; libcuda.so.1 (the NVIDIA driver's) is not on this machine: needed only to run"
     else
-      note="; driver: $(ldconfig -p 2>/dev/null | sed -n 's/.*libcuda.so.1 .*=> //p' | head -n1)"
+      note="; driver: $(ldd "$mlx" | sed -n 's/^[[:space:]]*libcuda.so.1 => \([^ ]*\).*/\1/p' | head -n1)"
     fi
   fi
   echo "runtime-libs: $backend: every library resolves (${#objs[@]} files checked)$note"
