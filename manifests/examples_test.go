@@ -25,7 +25,7 @@ func examples(t testing.TB) []string {
 
 func TestExamplesDecode(t *testing.T) {
 	paths := examples(t)
-	for _, want := range []string{"fixture-dflash.toml", "fixture-dflash2.toml", "qwen3.5-4b.toml", "qwen3.5-4b-dflash.toml", "qwen3.5-27b-dflash2.toml"} {
+	for _, want := range []string{"fixture-dflash.toml", "fixture-dflash2.toml", "qwen3.5-4b.toml", "qwen3.5-4b-dflash.toml", "qwen3.5-4b-4bit-dflash.toml", "qwen3.5-27b-dflash2.toml"} {
 		if !slices.Contains(paths, want) {
 			t.Errorf("example %s is missing", want)
 		}
@@ -103,6 +103,9 @@ func TestRealExamplesReportMissingWeights(t *testing.T) {
 		{"qwen3.5-4b.toml", []string{":15: weights missing: [target] checkpoint folder models/Qwen3.5-4B not found", "hf download Qwen/Qwen3.5-4B --local-dir "}},
 		{"qwen3.5-4b-dflash.toml", []string{":17: weights missing: [target] checkpoint folder models/Qwen3.5-4B not found",
 			"hf download Qwen/Qwen3.5-4B --local-dir ", "; [draft] checkpoint folder models/Qwen3.5-4B-DFlash not found",
+			"hf download z-lab/Qwen3.5-4B-DFlash --local-dir "}},
+		{"qwen3.5-4b-4bit-dflash.toml", []string{":24: weights missing: [target] checkpoint folder models/Qwen3.5-4B-4bit not found",
+			"hf download mlx-community/Qwen3.5-4B-4bit --local-dir ", "; [draft] checkpoint folder models/Qwen3.5-4B-DFlash not found",
 			"hf download z-lab/Qwen3.5-4B-DFlash --local-dir "}},
 		{"qwen3.5-27b-dflash2.toml", []string{":23: weights missing: [target] checkpoint folder models/Qwen3.5-27B not found",
 			"hf download Qwen/Qwen3.5-27B --local-dir ", "hf download incoai/Qwen3.8-27B-DFlash2 --local-dir "}},

@@ -106,6 +106,7 @@ func TestCheckRealExamplesReportMissingWeights(t *testing.T) {
 	}{
 		{"qwen3.5-4b.toml", ":15: ", []string{"hf download Qwen/Qwen3.5-4B --local-dir "}},
 		{"qwen3.5-4b-dflash.toml", ":17: ", []string{"hf download Qwen/Qwen3.5-4B --local-dir ", "hf download z-lab/Qwen3.5-4B-DFlash --local-dir "}},
+		{"qwen3.5-4b-4bit-dflash.toml", ":24: ", []string{"hf download mlx-community/Qwen3.5-4B-4bit --local-dir ", "hf download z-lab/Qwen3.5-4B-DFlash --local-dir "}},
 		{"qwen3.5-27b-dflash2.toml", ":23: ", []string{"hf download Qwen/Qwen3.5-27B --local-dir ", "hf download incoai/Qwen3.8-27B-DFlash2 --local-dir "}},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
