@@ -204,3 +204,46 @@ func TestLoadWeightsRejectsFusedProjections(t *testing.T) {
 		}
 	})
 }
+
+// A checkpoint that is half converted cannot be loaded safely: whether to add
+// 1 to the norms (and how to read conv1d) would differ between its parts. Both
+// ways of being half converted are refused, naming the tensors and the fix.
+func TestLoadWeightsRefusesMixedLayouts(t *testing.T) {
+	f := loadTiny(t)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		// Layer 1's conv1d as mlx-lm stores it ([C, Kc, 1]), layers 0 and 2
+		// still as Hugging Face does ([C, 1, Kc]).
+		halfConv := maps.Clone(f.Tensors(t))
+		w := halfConv["model.layers.1.linear_attn.conv1d.weight"]
+		halfConv["model.layers.1.linear_attn.conv1d.weight"] = mlx.Transpose(w, 0, 2, 1)
+
+		// An MLX-named embedding beside the Hugging Face one (a second
+		// download into the same folder).
+		bothNames := maps.Clone(f.Tensors(t))
+		bothNames["language_model.model.embed_tokens.weight"] = bothNames["model.embed_tokens.weight"]
+
+		for _, tt := range []struct {
+			name    string
+			tensors map[string]*mlx.Array
+			want    []string
+		}{
+			{"conv1d half converted", halfConv, []string{
+				"mixes converted and unconverted tensors", "linear_attn.conv1d.weight of layers [0 2] is [C, 1, Kc]",
+				"layers [1] is [C, Kc, 1]", "convert the whole checkpoint again from the original"}},
+			{"HF and MLX names", bothNames, []string{
+				"mixes layouts", "model.embed_tokens.weight (Hugging Face)",
+				"language_model.model.embed_tokens.weight (MLX (mlx-lm module paths))", "remove the stray files, or download it again"}},
+		} {
+			_, err := modelWith(t, f, nil, tt.tensors)
+			if err == nil {
+				t.Errorf("%s: loaded; want an error", tt.name)
+				continue
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q lacks %q", tt.name, err, w)
+				}
+			}
+		}
+	})
+}
