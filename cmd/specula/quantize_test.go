@@ -164,7 +164,6 @@ func TestQuantizeErrors(t *testing.T) {
 // speculative greedy output equals plain greedy output on that target,
 // token for token.
 func TestQuantizedDraftsOnQuantizedTargetAreExact(t *testing.T) {
-	prompt, _ := fixturePrompt(t)
 	target := fixtures.Dir(t, "qwen35-tiny-mlx-q4")
 	for _, draft := range []string{"dflash-tiny", "dflash2-tiny"} {
 		t.Run(draft, func(t *testing.T) {
@@ -172,37 +171,60 @@ func TestQuantizedDraftsOnQuantizedTargetAreExact(t *testing.T) {
 			if _, stderr, code := execSpecula(t, "quantize", fixtures.Dir(t, draft), qdraft, "--bits", "8", "--group-size", "32"); code != 0 {
 				t.Fatalf("quantize %s: exit %d\n%s", draft, code, stderr)
 			}
-			caps := `["draft", "block-draft"]`
-			if draft == "dflash2-tiny" {
-				caps = `["draft", "block-draft", "selector"]`
-			}
-			manifest := filepath.Join(t.TempDir(), "m.toml")
-			text := "schema = 1\nname = \"q\"\n[target]\npath = " + strconvQuote(target) +
-				"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n[draft]\npath = " + strconvQuote(qdraft) +
-				"\ncapabilities = " + caps + "\n[sampling]\ntemperature = 0.0\nmax_tokens = 32\n"
-			if err := os.WriteFile(manifest, []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			var results [2]struct {
-				IDs   []int32 `json:"ids"`
-				Stats struct {
-					Drafted int `json:"drafted"`
-				} `json:"stats"`
-			}
-			for i, extra := range [][]string{nil, {"--no-draft"}} {
-				args := append([]string{"run", "-m", manifest, "--ids", joinIDs(prompt), "--json"}, extra...)
-				stdout, stderr, code := execSpecula(t, args...)
-				if code != 0 {
-					t.Fatalf("specula %v: exit %d\n%s", args, code, stderr)
-				}
-				if err := json.Unmarshal([]byte(stdout), &results[i]); err != nil {
-					t.Fatalf("run --json printed %q: %v", stdout, err)
-				}
-			}
-			if !slices.Equal(results[0].IDs, results[1].IDs) || len(results[0].IDs) != 32 || results[0].Stats.Drafted == 0 {
-				t.Fatalf("with the quantized draft %v (drafted %d)\nwithout %v", results[0].IDs, results[0].Stats.Drafted, results[1].IDs)
-			}
+			speculativeEqualsPlain(t, target, qdraft, draft == "dflash2-tiny")
 		})
+	}
+}
+
+// The fixture drafts as trained (unquantized) draft for each mlx_lm.convert
+// conversion of their target (the MLX layout unquantized, affine 4- and
+// 8-bit, mxfp4), and speculative greedy output equals plain greedy output on
+// that target, token for token.
+func TestFixtureDraftsOnMLXTargetsAreExact(t *testing.T) {
+	for _, target := range []string{"qwen35-tiny-mlx", "qwen35-tiny-mlx-q4", "qwen35-tiny-mlx-q8", "qwen35-tiny-mlx-mxfp4"} {
+		for _, draft := range []string{"dflash-tiny", "dflash2-tiny"} {
+			t.Run(target+"/"+draft, func(t *testing.T) {
+				speculativeEqualsPlain(t, fixtures.Dir(t, target), fixtures.Dir(t, draft), draft == "dflash2-tiny")
+			})
+		}
+	}
+}
+
+// speculativeEqualsPlain runs 32 greedy tokens of the fixture prompt on
+// target with draft and with --no-draft and fails unless the ids are equal
+// and the draft proposed tokens.
+func speculativeEqualsPlain(t *testing.T, target, draft string, selector bool) {
+	t.Helper()
+	prompt, _ := fixturePrompt(t)
+	caps := `["draft", "block-draft"]`
+	if selector {
+		caps = `["draft", "block-draft", "selector"]`
+	}
+	manifest := filepath.Join(t.TempDir(), "m.toml")
+	text := "schema = 1\nname = \"q\"\n[target]\npath = " + strconvQuote(target) +
+		"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"float32\"\n[draft]\npath = " + strconvQuote(draft) +
+		"\ncapabilities = " + caps + "\n[sampling]\ntemperature = 0.0\nmax_tokens = 32\n"
+	if err := os.WriteFile(manifest, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var results [2]struct {
+		IDs   []int32 `json:"ids"`
+		Stats struct {
+			Drafted int `json:"drafted"`
+		} `json:"stats"`
+	}
+	for i, extra := range [][]string{nil, {"--no-draft"}} {
+		args := append([]string{"run", "-m", manifest, "--ids", joinIDs(prompt), "--json"}, extra...)
+		stdout, stderr, code := execSpecula(t, args...)
+		if code != 0 {
+			t.Fatalf("specula %v: exit %d\n%s", args, code, stderr)
+		}
+		if err := json.Unmarshal([]byte(stdout), &results[i]); err != nil {
+			t.Fatalf("run --json printed %q: %v", stdout, err)
+		}
+	}
+	if !slices.Equal(results[0].IDs, results[1].IDs) || len(results[0].IDs) != 32 || results[0].Stats.Drafted == 0 {
+		t.Fatalf("with the draft %v (drafted %d)\nwithout %v", results[0].IDs, results[0].Stats.Drafted, results[1].IDs)
 	}
 }
 
