@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 29c7990f22c37012eb5730b47597f99b
+// shim digest: de34b43380e91dad091801824f299022
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
@@ -10,3 +10,4 @@
 #include "shim/gdn.cpp"
 #include "shim/norm.cpp"
 #include "shim/act.cpp"
+#include "shim/dist.cpp"

@@ -370,6 +370,27 @@ int spx_cuda_kernel(spx_array* outs, size_t nout, const char* name,
                     const int* tmpl_values, const int* tmpl_kinds,
                     size_t ntmpl, spx_stream s);
 
+/* ---- distributed (dist.cpp) ------------------------------------------ */
+
+/* A process group of MLX's distributed layer. */
+typedef struct {
+  void* ctx;
+} spx_group;
+
+/* Reports whether MLX can start backend ("ring", "nccl", "mpi", "jaccl" or
+ * "any") in this process: the library has it and its environment is set. */
+int spx_dist_is_available(bool* out, const char* backend);
+/* Starts backend and returns the group of every process it finds; an error
+ * when the backend cannot start (never a group of one in its place). */
+int spx_dist_init(spx_group* out, const char* backend);
+int spx_group_rank(int* out, spx_group g);
+int spx_group_size(int* out, spx_group g);
+int spx_group_free(spx_group g);
+/* The element-wise sum of a over the group's processes (same shape). */
+int spx_all_sum(spx_array* out, spx_array a, spx_group g);
+/* The processes' a concatenated along axis 0, in rank order. */
+int spx_all_gather(spx_array* out, spx_array a, spx_group g);
+
 /* ---- random ----------------------------------------------------------- */
 
 int spx_random_key(spx_array* out, uint64_t seed);
