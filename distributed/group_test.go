@@ -23,6 +23,8 @@ const envChild = "SPECULA_DISTRIBUTED_TEST_CHILD"
 
 var children = map[string]func() error{
 	"collectives": collectivesChild,
+	"echo":        echoChild,
+	"fail":        failChild,
 }
 
 func TestMain(m *testing.M) {

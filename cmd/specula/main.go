@@ -104,6 +104,9 @@ func setupLogging(w io.Writer, level string) error {
 	return err
 }
 
+// builtinCommands are the words dispatch answers itself, outside commands.
+var builtinCommands = []string{"-h", "-help", "--help", "help", "-version", "--version", "version"}
+
 func dispatch(e *env, args []string) int {
 	if e.ctx == nil {
 		e.ctx = context.Background()
