@@ -158,6 +158,11 @@ type Response struct {
 	FirstTokenTime time.Duration
 	// DecodeTime is the time from the first emitted token to the last.
 	DecodeTime time.Duration
+	// DecodeEval is the part of DecodeTime spent inside MLX's evaluation,
+	// split into submitting graphs and waiting for the device (see
+	// mlx.EvalTimes); zero unless mlx.SetEvalTiming is on. The rest of
+	// DecodeTime is the host building graphs and handling tokens.
+	DecodeEval mlx.EvalTimes
 	// Total is the wall time of the call.
 	Total time.Duration
 }
@@ -228,6 +233,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	}
 	var text strings.Builder
 	var firstAt, lastAt time.Time
+	var firstEval, lastEval mlx.EvalTimes
 	err = mlx.Do(ctx, func() error {
 		if opts.UseSeed && opts.Temperature > 0 && req.FixedDepth == 0 && req.Drafter == nil {
 			// The adaptive controller picks depths from wall-clock costs, and
@@ -265,11 +271,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		d := s.Decoder(seed, pos)
 		defer d.Close()
 		res, err = speculation.Run(ctx, d, budget, func(id int32) error {
-			now := time.Now()
+			now, ev := time.Now(), mlx.EvalTiming()
 			if firstAt.IsZero() {
-				firstAt = now
+				firstAt, firstEval = now, ev
 			}
-			lastAt = now
+			lastAt, lastEval = now, ev
 			resp.IDs = append(resp.IDs, id)
 			tok := Token{ID: id}
 			if stream != nil {
@@ -310,6 +316,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	if !firstAt.IsZero() {
 		resp.FirstTokenTime = firstAt.Sub(start)
 		resp.DecodeTime = lastAt.Sub(firstAt)
+		resp.DecodeEval = lastEval.Sub(firstEval)
 	}
 	if e.tok != nil {
 		resp.Text, _ = e.tok.Tokenizer.Decode(resp.IDs, true)

@@ -371,7 +371,10 @@ func (a *Array) Bytes() ([]byte, error) {
 		p = unsafe.Pointer(&buf[0])
 	}
 	// Reading evaluates a first.
-	if err := withJITLock(func() error { return status(C.spx_array_read(p, n, a.c)) }); err != nil {
+	h := a.c
+	submit := func() error { return withJITLock(func() error { return status(C.spx_async_eval(&h, 1)) }) }
+	read := func() error { return withJITLock(func() error { return status(C.spx_array_read(p, n, a.c)) }) }
+	if err := timedSync(submit, read); err != nil {
 		return nil, err
 	}
 	return buf, nil
@@ -483,10 +486,13 @@ func eval(async bool, arrays []*Array) error {
 	if len(hs) == 0 {
 		return nil
 	}
-	return withJITLock(func() error {
-		if async {
-			return status(C.spx_async_eval(&hs[0], C.size_t(len(hs))))
-		}
-		return status(C.spx_eval(&hs[0], C.size_t(len(hs))))
+	submit := func() error {
+		return withJITLock(func() error { return status(C.spx_async_eval(&hs[0], C.size_t(len(hs)))) })
+	}
+	if async {
+		return timedSubmit(submit)
+	}
+	return timedSync(submit, func() error {
+		return withJITLock(func() error { return status(C.spx_eval(&hs[0], C.size_t(len(hs)))) })
 	})
 }

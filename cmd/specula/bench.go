@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/specula-dev/specula/engine"
+	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/speculation"
 	"github.com/specula-dev/specula/tokenizer"
 )
@@ -48,6 +49,7 @@ func runBench(e *env, args []string) int {
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the measured runs to `file` (host-side time)")
+	split := fs.Bool("split", false, "also split each step and round into host graph building, MLX submission and waiting for the device (costs one more MLX call per blocking evaluation)")
 	if _, code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
@@ -87,6 +89,9 @@ func runBench(e *env, args []string) int {
 	if *oracle && g.temperature.set && g.temperature.v != 0 {
 		fmt.Fprintln(e.stderr, "specula bench: --oracle replays the greedy continuation; it needs --temperature 0")
 		return exitUsage
+	}
+	if *split {
+		defer mlx.SetEvalTiming(mlx.SetEvalTiming(true))
 	}
 	ctx := e.ctx
 	var bar *progressBar
@@ -332,6 +337,27 @@ type modeResult struct {
 	// LoopSplit separates the runs whose continuation ends in a loop
 	// (endsInLoop); only for modes that drafted.
 	LoopSplit *loopSplit `json:"loop_split,omitempty"`
+	// HostDevice splits the mode's rounds between host and device (with
+	// --split).
+	HostDevice *hostDeviceSplit `json:"host_device,omitempty"`
+}
+
+// hostDeviceSplit is the mean round (a plain step, or a drafting round) of a
+// mode after its first token, split by where the worker spent it. Mostly
+// waiting means the device is the bound; mostly building and submitting
+// means the host is, and the device idles between kernels.
+type hostDeviceSplit struct {
+	Rounds  int     `json:"rounds"`
+	RoundMS float64 `json:"round_ms"`
+	// BuildMS is host time outside MLX's evaluation: building graphs in
+	// Go, the speculation core's decisions, detokenizing and stop checks.
+	BuildMS float64 `json:"build_ms"`
+	// SubmitMS is host time inside MLX's async_eval, encoding the kernels.
+	SubmitMS float64 `json:"submit_ms"`
+	// WaitMS is time blocked on the device's results.
+	WaitMS float64 `json:"wait_ms"`
+	// WaitShare is WaitMS / RoundMS.
+	WaitShare float64 `json:"wait_share"`
 }
 
 // loopSplit is a mode's acceptance over the runs whose continuation ends in
@@ -410,6 +436,11 @@ type benchMode struct {
 	outputs          [][]int32 // per measured run: the generated ids
 	stats            speculation.Stats
 	loopStats        [2]speculation.Stats // [0] non-looping runs, [1] looping runs
+	// Sums over the runs for the host/device split (--split): rounds after
+	// the first token, their wall time and its evaluation times.
+	splitRounds int
+	splitWall   time.Duration
+	splitEval   mlx.EvalTimes
 }
 
 func (m *benchMode) add(resp *engine.Response) {
@@ -417,6 +448,11 @@ func (m *benchMode) add(resp *engine.Response) {
 	m.ttft = append(m.ttft, ms(resp.FirstTokenTime))
 	if rounds := resp.Stats.Iterations; rounds > 1 {
 		m.round = append(m.round, ms(resp.DecodeTime)/float64(rounds-1))
+		m.splitRounds += rounds - 1
+		m.splitWall += resp.DecodeTime
+		m.splitEval.Submit += resp.DecodeEval.Submit
+		m.splitEval.Wait += resp.DecodeEval.Wait
+		m.splitEval.Syncs += resp.DecodeEval.Syncs
 	}
 	m.stats.Add(&resp.Stats)
 	m.outputs = append(m.outputs, resp.IDs)
@@ -432,6 +468,13 @@ func (m *benchMode) add(resp *engine.Response) {
 func (m *benchMode) result() modeResult {
 	res := modeResult{Mode: m.name, Depth: m.depth, Runs: len(m.tps)}
 	res.TokensPerSecond, res.FirstTokenMS, res.RoundMS = spreadOf(m.tps), spreadOf(m.ttft), spreadOf(m.round)
+	if m.splitRounds > 0 && m.splitEval.Syncs > 0 {
+		n := float64(m.splitRounds)
+		hd := &hostDeviceSplit{Rounds: m.splitRounds, RoundMS: ms(m.splitWall) / n, SubmitMS: ms(m.splitEval.Submit) / n, WaitMS: ms(m.splitEval.Wait) / n}
+		hd.BuildMS = max(0, hd.RoundMS-hd.SubmitMS-hd.WaitMS)
+		hd.WaitShare = ratio(hd.WaitMS, hd.RoundMS)
+		res.HostDevice = hd
+	}
 	if st := &m.stats; st.DraftRounds > 0 {
 		res.MeanAcceptanceLength = st.MeanAcceptanceLength()
 		res.AcceptanceByPosition = st.PerPositionAcceptance()
@@ -619,6 +662,27 @@ func printBench(w io.Writer, r *benchResult) {
 		fmt.Fprintln(w)
 	}
 	printLoopSplit(w, r)
+	printHostDevice(w, rows)
+}
+
+// printHostDevice prints the --split table: each mode's mean round between
+// host and device.
+func printHostDevice(w io.Writer, rows []modeResult) {
+	header := false
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, m := range rows {
+		hd := m.HostDevice
+		if hd == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nhost/device split of a round after the first token (mean ms; build: host graph building and token handling, submit: MLX encoding the kernels, wait: blocked on the device):")
+			fmt.Fprintln(tw, "mode\trounds\tround ms\tbuild ms\tsubmit ms\twait ms\twait share")
+			header = true
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f%%\n", m.Mode, hd.Rounds, hd.RoundMS, hd.BuildMS, hd.SubmitMS, hd.WaitMS, 100*hd.WaitShare)
+	}
+	tw.Flush()
 }
 
 // printLoopSplit prints each drafting mode's acceptance over the runs whose

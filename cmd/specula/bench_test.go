@@ -268,3 +268,46 @@ func TestGoPromptsFile(t *testing.T) {
 		}
 	}
 }
+
+// bench --split reports each mode's mean round split into host building,
+// MLX submission and waiting; the parts add up to the round, and the device
+// work of every step shows up as waiting.
+func TestE2EBenchHostDeviceSplit(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--split", "--repeats", "1", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	type split struct {
+		Rounds    int     `json:"rounds"`
+		RoundMS   float64 `json:"round_ms"`
+		BuildMS   float64 `json:"build_ms"`
+		SubmitMS  float64 `json:"submit_ms"`
+		WaitMS    float64 `json:"wait_ms"`
+		WaitShare float64 `json:"wait_share"`
+	}
+	var out struct {
+		Plain, Speculative struct {
+			HD *split `json:"host_device"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	for name, hd := range map[string]*split{"plain": out.Plain.HD, "speculative": out.Speculative.HD} {
+		if hd == nil {
+			t.Errorf("%s: no host_device split in %s", name, stdout)
+			continue
+		}
+		sum := hd.BuildMS + hd.SubmitMS + hd.WaitMS
+		if hd.Rounds < 1 || hd.WaitMS <= 0 || hd.SubmitMS <= 0 || math.Abs(sum-hd.RoundMS) > 1e-6*max(1, hd.RoundMS) ||
+			math.Abs(hd.WaitShare-hd.WaitMS/hd.RoundMS) > 1e-9 {
+			t.Errorf("%s split %+v: want positive submit and wait adding up with build to the round", name, *hd)
+		}
+	}
+	// Without --split there is no split.
+	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--no-draft", "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--json", "--quiet")
+	if code != 0 || strings.Contains(stdout, "host_device") {
+		t.Errorf("without --split: exit %d, %s %s", code, stdout, stderr)
+	}
+}

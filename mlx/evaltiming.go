@@ -1,0 +1,81 @@
+package mlx
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// EvalTimes splits the worker's time inside MLX's evaluation into the host's
+// part and the part spent waiting for the device, so that a measurement can
+// say whether a step is host-bound (little waiting: the device idles while the
+// host builds graphs and encodes launches) or device-bound (the host waits on
+// results). Everything outside these two is the host building graphs in Go.
+type EvalTimes struct {
+	// Submit is the time inside MLX's async_eval: the host walking the graph
+	// and encoding its kernels (on the CPU backend, queuing them for MLX's
+	// own thread). It also holds any wait for room in a full launch queue.
+	Submit time.Duration
+	// Wait is the time blocked in Eval or in reading an array's elements
+	// after everything was submitted: the device computing what the host
+	// asked for (on the CPU backend, MLX's thread running it).
+	Wait time.Duration
+	// Syncs counts the blocking evaluations and reads.
+	Syncs int64
+}
+
+// Sub returns t − u, the times spent between two readings.
+func (t EvalTimes) Sub(u EvalTimes) EvalTimes {
+	return EvalTimes{Submit: t.Submit - u.Submit, Wait: t.Wait - u.Wait, Syncs: t.Syncs - u.Syncs}
+}
+
+// evalTiming is off unless SetEvalTiming turned it on: the split costs one
+// more cgo call per blocking evaluation (an async_eval before the wait).
+var (
+	evalTiming                     atomic.Bool
+	submitNanos, waitNanos, syncsN atomic.Int64
+)
+
+// SetEvalTiming turns the host/device split of evaluation time on or off and
+// returns the previous setting. While on, every blocking evaluation (Eval,
+// and the reads of Bytes, Int32s, Float32s, ...) first submits its graph
+// with async_eval (timed as EvalTimes.Submit) and then waits for it (timed as
+// EvalTimes.Wait); the results are the same either way.
+func SetEvalTiming(on bool) bool { return evalTiming.Swap(on) }
+
+// EvalTiming returns the times accumulated since the process started while
+// timing was on. Take two readings and Sub them to time a stretch of work.
+func EvalTiming() EvalTimes {
+	return EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load()}
+}
+
+// timedSubmit runs an async submission, adding its time to Submit when
+// timing is on.
+func timedSubmit(submit func() error) error {
+	if !evalTiming.Load() {
+		return submit()
+	}
+	t0 := time.Now()
+	err := submit()
+	submitNanos.Add(int64(time.Since(t0)))
+	return err
+}
+
+// timedSync runs a blocking evaluation. With timing on, submit (the same
+// graph's async_eval) runs first and is timed as Submit, then wait as Wait;
+// with timing off only wait runs, as before.
+func timedSync(submit, wait func() error) error {
+	if !evalTiming.Load() {
+		return wait()
+	}
+	t0 := time.Now()
+	if err := submit(); err != nil {
+		submitNanos.Add(int64(time.Since(t0)))
+		return err
+	}
+	t1 := time.Now()
+	err := wait()
+	submitNanos.Add(int64(t1.Sub(t0)))
+	waitNanos.Add(int64(time.Since(t1)))
+	syncsN.Add(1)
+	return err
+}
