@@ -17,9 +17,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/specula-dev/specula/mlx"
 )
@@ -64,8 +66,28 @@ func Joined() (backend string, ok bool) {
 // rank's group; it must run on the MLX worker. It checks the environment
 // first so that a missing or malformed variable is named, not left to
 // MLX's message. With the ring backend it returns once every rank has
-// connected to its neighbours.
+// connected to its neighbours. A process joins once: after a success,
+// later calls return the same group (a backend cannot start twice).
 func Join() (*mlx.Group, error) {
+	joined.Lock()
+	defer joined.Unlock()
+	if joined.g == nil {
+		g, err := join()
+		if err != nil {
+			return nil, err
+		}
+		joined.g = g
+	}
+	return joined.g, nil
+}
+
+// joined is the group this process joined.
+var joined struct {
+	sync.Mutex
+	g *mlx.Group
+}
+
+func join() (*mlx.Group, error) {
 	backend, ok := Joined()
 	if !ok {
 		return nil, fmt.Errorf("distributed: %s is not set: this process was not started as a rank (use `specula launch -n N -- …`)", EnvBackend)
@@ -94,7 +116,29 @@ func Join() (*mlx.Group, error) {
 	if g.Rank() != rank {
 		return nil, fmt.Errorf("distributed: MLX started rank %d but %s is %d", g.Rank(), EnvRank, rank)
 	}
+	if backend == "ring" && rank > 0 {
+		if err := privateKernelDir(rank); err != nil {
+			return nil, fmt.Errorf("distributed: rank %d: %w", rank, err)
+		}
+	}
 	return g, nil
+}
+
+// privateKernelDir gives rank (> 0) a CPU kernel folder of its own. MLX
+// builds the fused CPU kernels of compiled functions under $TMPDIR, and
+// package mlx holds a lock on that folder across the evaluation that may
+// build them, so that two processes never build one kernel at once. A rank
+// must not wait for that lock while another rank holds it: the holder's
+// evaluation waits in a collective for this rank, and both would stall
+// until the lock's timeout. So every rank but 0 builds its kernels in its
+// own folder under the shared one (kept between runs: a later launch finds
+// them built). MLX reads TMPDIR at each build, as os.TempDir does.
+func privateKernelDir(rank int) error {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("specula-rank-%d", rank))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("a folder for this rank's CPU kernels: %w", err)
+	}
+	return os.Setenv("TMPDIR", dir)
 }
 
 // Hostfile is the ring backend's hostfile: for each rank in order, the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/distributed"
 	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/manifests"
 	"github.com/specula-dev/specula/mlx"
@@ -77,6 +78,7 @@ type Engine struct {
 
 	eos    []int32
 	totals speculation.Stats
+	group  *mlx.Group // the ranks the target is sharded over; nil in a process of its own
 	log    *slog.Logger
 	pcache *promptCache // nil: fresh caches per request
 
@@ -123,6 +125,11 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 	} else if opts.RequireTokenizer {
 		return nil, fmt.Errorf("%s: %w", plan.Target.Dir, ErrNoTokenizer)
 	}
+	if _, ok := distributed.Joined(); ok {
+		if err := e.shardTarget(ctx, plan); err != nil {
+			return nil, err
+		}
+	}
 	err = mlx.Do(ctx, func() error {
 		if err := loadWeights(e.target, "target weights", plan.Target.Dir, opts.Progress); err != nil {
 			return fmt.Errorf("loading target %s from %s: %w", plan.Target.Architecture, plan.Target.Dir, err)
@@ -143,6 +150,32 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 	}
 	e.LoadTime = time.Since(start)
 	return e, nil
+}
+
+// shardTarget joins the distributed group this process was started in as a
+// rank (by `specula launch`) and cuts the target over it, so that loading
+// reads this rank's part of its weights (tensor parallelism,
+// spec/distributed.md). The draft is replicated: every rank drafts alike and
+// so reaches the same acceptance.
+func (e *Engine) shardTarget(ctx context.Context, plan *manifests.Plan) error {
+	arch := plan.Target.Architecture
+	tp, ok := e.target.(model.TensorParallel)
+	if !ok {
+		return fmt.Errorf("target %s cannot be sharded over ranks (tensor parallelism): this architecture does not implement it; run it as one process, without `specula launch`", arch)
+	}
+	if plan.Draft != nil && plan.Draft.Plugin != "" {
+		return fmt.Errorf("draft %s is served by plugin %s, which does not run under `specula launch`: a plugin failing on one rank would leave the ranks computing different forwards; use a built-in draft, or run without the draft (--no-draft)", plan.Draft.Architecture, plan.Draft.Plugin)
+	}
+	g, err := mlx.Call(ctx, distributed.Join)
+	if err != nil {
+		return err
+	}
+	if err := tp.Shard(g); err != nil {
+		return fmt.Errorf("rank %d of %d: sharding target %s: %w", g.Rank(), g.Size(), arch, err)
+	}
+	e.group = g
+	e.log.Info("tensor parallel target", "rank", g.Rank(), "ranks", g.Size(), "backend", g.Backend())
+	return nil
 }
 
 // blameDraft returns err, a failure to resolve m, as a *DraftError when the
@@ -288,6 +321,11 @@ func evalWithProgress(arrays []*mlx.Array, phase string, progress Progress) erro
 		if err := mlx.Eval(batch...); err != nil {
 			return err
 		}
+		// The checkpoint's tensors that this group read can go now: a
+		// model keeping a part of one (a rank of a sharded target, a
+		// cast) holds a copy. Arrays still to be read stay reachable
+		// through the pinned weights' graphs.
+		mlx.Sweep()
 		done += pending
 		pending, batch = 0, batch[:0]
 		if progress != nil {

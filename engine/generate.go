@@ -235,6 +235,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 	var firstAt, lastAt time.Time
 	var firstEval, lastEval mlx.EvalTimes
 	err = mlx.Do(ctx, func() error {
+		if e.group != nil {
+			if err := e.agree(&opts, &req); err != nil {
+				return err
+			}
+		}
 		if opts.UseSeed && opts.Temperature > 0 && req.FixedDepth == 0 && req.Drafter == nil {
 			// The adaptive controller picks depths from wall-clock costs, and
 			// each depth consumes random keys differently: a seeded sampled

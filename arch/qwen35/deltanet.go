@@ -16,7 +16,7 @@ const l2Eps = 1e-6
 // x [1, L, H]. It reads and replaces the state in c, producing the states
 // c.SnapshotSplits asks for inside this same forward.
 func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx.Array {
-	cfg := m.cfg
+	cfg := m.local
 	L := x.Dim(1)
 	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
 	tail := cfg.ConvKernel - 1

@@ -40,6 +40,8 @@ func init() {
 // Forward, Unembed and the DraftTarget methods must run on the MLX worker.
 type Model struct {
 	cfg    *Config
+	local  *Config              // cfg with this rank's head counts and widths (cfg when whole)
+	shard  *shard               // this rank's part; nil when the model is whole (shard.go)
 	quant  *loader.Quantization // config.json's quantization section; nil when none
 	dtype  mlx.DType            // compute dtype
 	mlp    MLPBinder            // binds each layer's MLP
@@ -86,6 +88,7 @@ func NewHybrid(cfg *Config, quant *loader.Quantization, dtype mlx.DType, mlp MLP
 	}
 	return &Model{
 		cfg:   cfg,
+		local: cfg,
 		quant: quant,
 		dtype: dtype,
 		mlp:   mlp,
@@ -138,9 +141,9 @@ func (m *Model) NumLayers() int { return m.cfg.NumLayers }
 
 // NewCaches returns one cache per layer: a growing KV cache for attention
 // layers and a recurrent cache (conv tail in the compute dtype, float32 delta
-// state) for delta-net layers.
+// state) for delta-net layers, of this rank's heads when sharded.
 func (m *Model) NewCaches() []cache.Cache {
-	c := m.cfg
+	c := m.local
 	out := make([]cache.Cache, c.NumLayers)
 	for i := range out {
 		if c.FullAttentionLayer(i) {
@@ -249,8 +252,8 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 		} else {
 			x = m.deltaNet(ly.delta, x, caches[i].(*cache.Recurrent))
 		}
-		h = mlx.Add(h, x)
-		h = mlx.Add(h, ly.mlp.Forward(nn.RMSNorm(h, ly.postNorm, eps)))
+		h = mlx.Add(h, m.reduce(x))
+		h = mlx.Add(h, m.reduce(ly.mlp.Forward(nn.RMSNorm(h, ly.postNorm, eps))))
 		if next < len(m.taps) && m.taps[next] == i {
 			taps = append(taps, h)
 			next++
@@ -266,7 +269,7 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 // attention is the gated full-attention mixer (spec/qwen35.md section 6) of
 // x [1, L, H] at slots offset … offset+L−1.
 func (m *Model) attention(a *attentionWeights, x *mlx.Array, offset int, c *cache.KV) *mlx.Array {
-	cfg := m.cfg
+	cfg := m.local
 	L, hq, hkv, d := x.Dim(1), cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	eps := cfg.RMSNormEps
 

@@ -128,7 +128,7 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 	if err := mlx.Err(); err != nil {
 		return fmt.Errorf("qwen35: an MLX error is pending before LoadWeights (the tensors may be incomplete): %w", err)
 	}
-	w, layout, err := bindWeights(m.cfg, m.quant, m.dtype, m.mlp, tensors)
+	w, layout, err := bindWeights(m.cfg, m.shard, m.quant, m.dtype, m.mlp, tensors)
 	if err != nil {
 		return err
 	}
@@ -174,6 +174,7 @@ type Binder struct {
 	err     WeightsError
 	out     []*mlx.Array
 	layers  map[string]int // quantization (or "dense") → linear layers bound so
+	shard   *shard         // this rank's part; nil when the model is whole
 }
 
 // DType is the compute dtype.
@@ -274,11 +275,15 @@ func (b *Binder) bias(l *nn.Linear, path, why string, size int) *nn.Linear {
 	return l
 }
 
-// float32 binds a tensor that stays float32 whatever the compute dtype.
-func (b *Binder) float32(name, why string, shape ...int) *mlx.Array {
+// float32 binds a tensor that stays float32 whatever the compute dtype,
+// keeping the entries of spans (this rank's heads) when any are given.
+func (b *Binder) float32(name, why string, shape []int, spans ...nn.Span) *mlx.Array {
 	a := b.Tensor(name, why, shape)
 	if a == nil {
 		return nil
+	}
+	if len(spans) > 0 {
+		a = b.cut(a, 0, spans...)
 	}
 	return b.Keep(cast(a, mlx.Float32))
 }
@@ -298,14 +303,19 @@ func (b *Binder) norm(name string, size int) *mlx.Array {
 
 // conv binds a depthwise conv1d weight stored [C, 1, Kc] (Hugging Face),
 // [C, Kc, 1] (mlx-lm conversions) or [C, Kc], as taps [Kc, C] (made
-// contiguous at load), the layout the forward's fused convolution reads.
-func (b *Binder) conv(name string, channels, kernel int) *mlx.Array {
+// contiguous at load), the layout the forward's fused convolution reads;
+// when sharded, of this rank's channels (spans).
+func (b *Binder) conv(name string, channels, kernel int, spans ...nn.Span) *mlx.Array {
 	a := b.Tensor(name, "depthwise conv1d: channels 2·Hk·Dk+Hv·Dv, kernel linear_conv_kernel_dim",
 		[]int{channels, 1, kernel}, []int{channels, kernel, 1}, []int{channels, kernel})
 	if a == nil {
 		return nil
 	}
-	a = mlx.Transpose(mlx.Reshape(a, channels, kernel), 1, 0)
+	a = mlx.Reshape(a, channels, kernel)
+	if len(spans) > 0 {
+		a = b.cut(a, 0, spans...)
+	}
+	a = mlx.Transpose(a, 1, 0)
 	return b.Keep(mlx.Contiguous(cast(a, b.dtype)))
 }
 
@@ -326,7 +336,7 @@ type Layout struct {
 }
 
 // bindWeights maps the checkpoint onto the layers of cfg.
-func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, mlp MLPBinder, tensors map[string]*mlx.Array) (*weights, *Layout, error) {
+func bindWeights(cfg *Config, sh *shard, quant *loader.Quantization, dtype mlx.DType, mlp MLPBinder, tensors map[string]*mlx.Array) (*weights, *Layout, error) {
 	// Parts we do not run are dropped first, with one log line.
 	text := make(map[string]*mlx.Array, len(tensors))
 	skipped := map[string]int{}
@@ -387,7 +397,7 @@ func bindWeights(cfg *Config, quant *loader.Quantization, dtype mlx.DType, mlp M
 		slog.Warn("qwen35: conv1d weights are 2-D in an MLX-layout checkpoint: assuming its (1+w) norms are already folded, as mlx-lm does", "shift", shift)
 	}
 
-	b := &Binder{tensors: text, used: map[string]bool{}, dtype: dtype, quant: quant, shift: shift, err: WeightsError{Prefix: prefix}, layers: map[string]int{}}
+	b := &Binder{tensors: text, used: map[string]bool{}, dtype: dtype, quant: quant, shift: shift, err: WeightsError{Prefix: prefix}, layers: map[string]int{}, shard: sh}
 	H, V := cfg.HiddenSize, cfg.VocabSize
 	embed := b.KeepLinear(b.Linear(prefix+"embed_tokens", "vocab_size × hidden_size", V, H))
 	w := &weights{
@@ -454,6 +464,13 @@ func bindAttention(b *Binder, cfg *Config, p string) *attentionWeights {
 		v = b.bias(v, p+"v_proj", "attention_bias is true", hkv*d)
 		o = b.bias(o, p+"o_proj", "attention_bias is true", H)
 	}
+	if s := b.shard; s != nil {
+		// A query head's rows are its query and gate, 2·D.
+		q = b.rows(q, p+"q_proj", s.heads.Scale(2*d))
+		k = b.rows(k, p+"k_proj", s.kvHeads.Scale(d))
+		v = b.rows(v, p+"v_proj", s.kvHeads.Scale(d))
+		o = b.cols(o, p+"o_proj", s.heads.Scale(d))
+	}
 	return &attentionWeights{
 		qkv:   b.Stack(q, k, v),
 		o:     b.KeepLinear(o),
@@ -464,18 +481,32 @@ func bindAttention(b *Binder, cfg *Config, p string) *attentionWeights {
 
 func bindDeltaNet(b *Binder, cfg *Config, p string) *deltaWeights {
 	H, hv := cfg.HiddenSize, cfg.LinearValueHeads
+	qkv := b.Linear(p+"in_proj_qkv", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H)
+	z := b.Linear(p+"in_proj_z", "Hv·Dv × hidden_size", cfg.ValueDim(), H)
+	beta := b.Linear(p+"in_proj_b", "linear_num_value_heads × hidden_size", hv, H)
+	alpha := b.Linear(p+"in_proj_a", "linear_num_value_heads × hidden_size", hv, H)
+	out := b.Linear(p+"out_proj", "hidden_size × Hv·Dv", H, cfg.ValueDim())
+	// channels are this rank's q | k | v convolution channels and heads its
+	// value heads (none when whole: every tensor is kept as it is).
+	var channels, heads []nn.Span
+	if s := b.shard; s != nil {
+		kd, vd := cfg.LinearKeyDim, cfg.LinearValueDim
+		channels = []nn.Span{s.keyHeads.Scale(kd), s.keyHeads.Scale(kd).Shift(cfg.KeyDim()), s.valueHeads.Scale(vd).Shift(2 * cfg.KeyDim())}
+		heads = []nn.Span{s.valueHeads}
+		qkv = b.rows(qkv, p+"in_proj_qkv", channels...)
+		z = b.rows(z, p+"in_proj_z", s.valueHeads.Scale(vd))
+		beta = b.rows(beta, p+"in_proj_b", heads...)
+		alpha = b.rows(alpha, p+"in_proj_a", heads...)
+		out = b.cols(out, p+"out_proj", s.valueHeads.Scale(vd))
+	}
 	return &deltaWeights{
-		in: b.Stack(
-			b.Linear(p+"in_proj_qkv", "rows q|k|v: 2·Hk·Dk+Hv·Dv × hidden_size", cfg.ConvDim(), H),
-			b.Linear(p+"in_proj_z", "Hv·Dv × hidden_size", cfg.ValueDim(), H),
-			b.Linear(p+"in_proj_b", "linear_num_value_heads × hidden_size", hv, H),
-			b.Linear(p+"in_proj_a", "linear_num_value_heads × hidden_size", hv, H)),
-		conv:   b.conv(p+"conv1d.weight", cfg.ConvDim(), cfg.ConvKernel),
-		dtBias: b.float32(p+"dt_bias", "linear_num_value_heads", hv),
+		in:     b.Stack(qkv, z, beta, alpha),
+		conv:   b.conv(p+"conv1d.weight", cfg.ConvDim(), cfg.ConvKernel, channels...),
+		dtBias: b.float32(p+"dt_bias", "linear_num_value_heads", []int{hv}, heads...),
 		// The decay rate −exp(A_log) is a constant: fold it once at load.
-		negA: b.negExp(b.float32(p+"A_log", "linear_num_value_heads", hv)),
-		norm: b.float32(p+"norm.weight", "gated RMSNorm over linear_value_head_dim", cfg.LinearValueDim),
-		out:  b.KeepLinear(b.Linear(p+"out_proj", "hidden_size × Hv·Dv", H, cfg.ValueDim())),
+		negA: b.negExp(b.float32(p+"A_log", "linear_num_value_heads", []int{hv}, heads...)),
+		norm: b.float32(p+"norm.weight", "gated RMSNorm over linear_value_head_dim", []int{cfg.LinearValueDim}),
+		out:  b.KeepLinear(out),
 	}
 }
 
@@ -484,10 +515,16 @@ func bindDeltaNet(b *Binder, cfg *Config, p string) *deltaWeights {
 func DenseMLP(cfg *Config) MLPBinder {
 	return func(b *Binder, p string) MLP {
 		H, I := cfg.HiddenSize, cfg.IntermediateSize
-		gateUp := b.Stack(
-			b.Linear(p+"gate_proj", "intermediate_size × hidden_size", I, H),
-			b.Linear(p+"up_proj", "intermediate_size × hidden_size", I, H))
-		down := b.KeepLinear(b.Linear(p+"down_proj", "hidden_size × intermediate_size", H, I))
+		gate := b.Linear(p+"gate_proj", "intermediate_size × hidden_size", I, H)
+		up := b.Linear(p+"up_proj", "intermediate_size × hidden_size", I, H)
+		down := b.Linear(p+"down_proj", "hidden_size × intermediate_size", H, I)
+		if s := b.shard; s != nil {
+			gate = b.rows(gate, p+"gate_proj", s.inter)
+			up = b.rows(up, p+"up_proj", s.inter)
+			down = b.cols(down, p+"down_proj", s.inter)
+		}
+		gateUp := b.Stack(gate, up)
+		down = b.KeepLinear(down)
 		if gateUp == nil || down == nil {
 			return nil
 		}

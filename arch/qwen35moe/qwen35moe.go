@@ -96,6 +96,16 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 // Config returns the model's configuration.
 func (m *Model) Config() *Config { return m.cfg }
 
+// Shard refuses tensor parallelism: the experts are not cut over ranks yet,
+// and the dense model's sharded forward would add up every rank's whole
+// sparse block (model.TensorParallel, through the embedded qwen35.Model).
+func (m *Model) Shard(g *mlx.Group) error {
+	if g == nil || g.Size() == 1 {
+		return m.Model.Shard(g)
+	}
+	return errors.New("qwen35moe: tensor parallelism is not implemented for the mixture-of-experts blocks yet: run a Qwen3.5 MoE target as one process (without `specula launch`)")
+}
+
 // errNoExport is ExportMLX's answer: writing the MoE layout (switch_mlp,
 // the router at 8 bits) is not implemented.
 var errNoExport = errors.New("qwen35moe: `specula quantize` does not write Qwen3.5 MoE checkpoints yet; convert with mlx_lm.convert (its output loads unchanged)")

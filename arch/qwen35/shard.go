@@ -1,0 +1,176 @@
+package qwen35
+
+import (
+	"fmt"
+
+	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/model"
+)
+
+// Tensor parallelism (spec/distributed.md): each of N ranks holds whole
+// heads of every mixer and a slice of every MLP's intermediate dimension,
+// and computes a partial sum of each block's output, which one all_sum
+// after the mixer's output projection and one after the MLP's add up. The
+// embedding, the head and the norms are replicated, so every rank ends a
+// forward with the whole model's hidden states and logits.
+//
+//   - attention: query heads divided by N; KV heads divided too, or, when
+//     the ranks outnumber them, each rank holds the one KV head its query
+//     heads read (KV heads repeated across ranks); o_proj cut by input;
+//   - delta-net: value heads divided by N, key heads likewise or repeated
+//     the same way; the q | k | v convolution channels, z, b, a, dt_bias
+//     and A_log follow their heads; out_proj cut by input;
+//   - MLP: gate and up cut by rows, down by input.
+//
+// Shard decides the cut before LoadWeights, which binds and checks the
+// whole checkpoint's shapes and keeps only this rank's slices (gathered
+// into arrays of their own, so the whole tensors go once read).
+
+var _ model.TensorParallel = (*Model)(nil)
+
+// shard is this rank's part of the model.
+type shard struct {
+	rank, ranks int
+	group       *mlx.Group
+	heads       nn.Span // attention query heads
+	kvHeads     nn.Span // attention KV heads
+	keyHeads    nn.Span // delta-net key heads
+	valueHeads  nn.Span // delta-net value heads
+	inter       nn.Span // dense MLP intermediate rows (empty for other MLPs)
+}
+
+// Shard makes the model this rank's part of a tensor-parallel model over g
+// (model.TensorParallel): LoadWeights then keeps only this rank's heads and
+// MLP rows, and Forward adds the ranks' partial sums with all_sum, so its
+// outputs are the whole model's on every rank. It must be called before
+// LoadWeights. A group of one leaves the model whole. The error names the
+// config.json field that the rank count does not divide.
+func (m *Model) Shard(g *mlx.Group) error {
+	if m.w != nil {
+		return fmt.Errorf("qwen35: Shard after LoadWeights: shard the model before loading its weights")
+	}
+	if g == nil || g.Size() == 1 {
+		m.shard, m.local = nil, m.cfg
+		return nil
+	}
+	s, local, err := planShard(m.cfg, g.Rank(), g.Size())
+	if err != nil {
+		return err
+	}
+	s.group = g
+	m.shard, m.local = s, local
+	return nil
+}
+
+// planShard cuts cfg for rank of ranks: the spans the rank holds and the
+// configuration of its part (head counts and widths of one rank).
+func planShard(cfg *Config, rank, ranks int) (*shard, *Config, error) {
+	// divides checks that ranks splits a head count evenly.
+	divides := func(field string, v int) error {
+		if v%ranks != 0 {
+			return fmt.Errorf("qwen35: config.json %s = %d is not divisible by %d ranks: tensor parallelism gives every rank an equal share; launch a number of ranks that divides it", field, v, ranks)
+		}
+		return nil
+	}
+	// shared checks a head count that ranks may divide or outnumber
+	// (then each rank holds the one head its other heads read).
+	shared := func(field string, v int) error {
+		if v%ranks != 0 && ranks%v != 0 {
+			return fmt.Errorf("qwen35: config.json %s = %d: %d ranks neither divide it nor are a multiple of it (needed to share its heads among the ranks or repeat them); launch a number of ranks that does", field, v, ranks)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		divides("num_attention_heads", cfg.NumHeads),
+		shared("num_key_value_heads", cfg.NumKVHeads),
+		divides("linear_num_value_heads", cfg.LinearValueHeads),
+		shared("linear_num_key_heads", cfg.LinearKeyHeads),
+	} {
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if cfg.IntermediateSize > 0 {
+		if err := divides("intermediate_size", cfg.IntermediateSize); err != nil {
+			return nil, nil, err
+		}
+	}
+	// even is rank's share of n things; spread is the one of n things
+	// that rank's share of the others reads when the ranks outnumber them.
+	even := func(n int) nn.Span { return nn.Span{Start: rank * n / ranks, Stop: (rank + 1) * n / ranks} }
+	spread := func(n int) nn.Span {
+		if n%ranks == 0 {
+			return even(n)
+		}
+		i := rank * n / ranks
+		return nn.Span{Start: i, Stop: i + 1}
+	}
+	s := &shard{
+		rank: rank, ranks: ranks,
+		heads:      even(cfg.NumHeads),
+		kvHeads:    spread(cfg.NumKVHeads),
+		valueHeads: even(cfg.LinearValueHeads),
+		keyHeads:   spread(cfg.LinearKeyHeads),
+		inter:      even(cfg.IntermediateSize),
+	}
+	local := *cfg
+	local.NumHeads, local.NumKVHeads = s.heads.Len(), s.kvHeads.Len()
+	local.LinearValueHeads, local.LinearKeyHeads = s.valueHeads.Len(), s.keyHeads.Len()
+	local.IntermediateSize = s.inter.Len()
+	return s, &local, nil
+}
+
+// reduce adds up the ranks' partial sums x of a block's output (identity
+// when the model is whole).
+func (m *Model) reduce(x *mlx.Array) *mlx.Array {
+	if m.shard == nil {
+		return x
+	}
+	return mlx.AllSum(x, m.shard.group)
+}
+
+// Ranks returns this rank and the number of ranks the model is sharded
+// over (0 and 1 when it is whole).
+func (m *Model) Ranks() (rank, ranks int) {
+	if m.shard == nil {
+		return 0, 1
+	}
+	return m.shard.rank, m.shard.ranks
+}
+
+// rows keeps the output rows of spans of l (the whole layer when the model
+// is not sharded), recording a failure.
+func (b *Binder) rows(l *nn.Linear, path string, spans ...nn.Span) *nn.Linear {
+	if l == nil || b.shard == nil {
+		return l
+	}
+	out, err := l.Rows(spans...)
+	if err != nil {
+		b.Mismatch("%s: %v", path, err)
+	}
+	return out
+}
+
+// cols keeps the input columns s of l (the whole layer when the model is
+// not sharded); rank 0 keeps the bias, which the all_sum then adds once.
+func (b *Binder) cols(l *nn.Linear, path string, s nn.Span) *nn.Linear {
+	if l == nil || b.shard == nil {
+		return l
+	}
+	out, err := l.Cols(s, b.shard.rank == 0)
+	if err != nil {
+		b.Mismatch("%s: %v: %d ranks cannot cut it (use fewer ranks, or an unquantized checkpoint)", path, err, b.shard.ranks)
+		return nil
+	}
+	return out
+}
+
+// cut keeps the entries of spans along axis of a (a itself when the model
+// is not sharded).
+func (b *Binder) cut(a *mlx.Array, axis int, spans ...nn.Span) *mlx.Array {
+	if a == nil || b.shard == nil {
+		return a
+	}
+	return nn.Cut(a, axis, spans...)
+}
