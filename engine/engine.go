@@ -377,6 +377,7 @@ func (e *Engine) newCore(eos []int32, req Request, targetCaches, draftCaches []c
 		FixedDepth:    req.FixedDepth,
 		Controller:    e.controller,
 		Logger:        e.log,
+		NoPipeline:    req.NoPipeline || pipelineOff,
 	}
 	switch {
 	case req.Drafter != nil:

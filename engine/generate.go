@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -67,7 +68,16 @@ type Request struct {
 	// speculation.Oracle); FixedDepth > 0 pins the depth.
 	Drafter    speculation.Drafter
 	FixedDepth int
+
+	// NoPipeline runs the request without overlapping host and device work
+	// (speculation.Config.NoPipeline): the same tokens, usually slower.
+	// SPECULA_PIPELINE=0 in the environment sets it for every request.
+	NoPipeline bool
 }
+
+// pipelineOff is read once: SPECULA_PIPELINE=0 turns the host/device
+// overlap off for every request, so one binary can be measured both ways.
+var pipelineOff = os.Getenv("SPECULA_PIPELINE") == "0"
 
 // MaxTokensUntilDone is the Request.MaxTokens that generates until a stop or
 // the end of the target's context (ollama's num_predict = -1).

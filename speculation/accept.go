@@ -56,16 +56,25 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	res := s.sampler.SampleDistribution(sample.Residual(pd, cand.Dist))
 	bonus := s.sampler.SampleDistribution(p.Slice(n, n+1))
 
-	// 7. One evaluation. Waiting on the drafts first splits the round's time
-	// into draft and verify (the draft was started asynchronously).
-	if err := mlx.Eval(drafts); err != nil {
-		return v, err
-	}
-	t1 := time.Now()
-	outs := []*mlx.Array{flags, res, bonus}
+	// 7. One evaluation, read back in one small transfer: the outcome is
+	// reduced on the device to [accepted, d_0 … d_{n−1}, next] (see
+	// outcome). Waiting on the proposal first splits the round's time into
+	// draft and verify (the draft was started asynchronously, and its own
+	// arrays signal when it is done); the verification is submitted before
+	// that wait, so the device goes on from the draft to it without waiting
+	// for the host.
+	packed := outcome(flags, drafts, res, bonus)
+	outs := []*mlx.Array{packed}
 	if probe != nil {
 		outs = append(outs, probe)
 	}
+	if !cfg.NoPipeline {
+		_ = mlx.AsyncEval(outs...)
+	}
+	if err := mlx.Eval(cand.Tokens); err != nil {
+		return v, err
+	}
+	t1 := time.Now()
 	if err := mlx.Eval(outs...); err != nil {
 		return v, err
 	}
@@ -77,30 +86,17 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	s.stats.DraftMS += s.roundDraftMS
 	s.stats.VerifyMS += s.roundVerify
 
-	d, err := drafts.Int32s()
+	got, err := packed.Int32s()
 	if err != nil {
 		return v, err
 	}
-	acc, err := flags.Bools()
-	if err != nil {
-		return v, err
+	if len(got) != n+2 || got[0] < 0 || int(got[0]) > n {
+		panic(fmt.Sprintf("speculation: verification outcome %v for n = %d", got, n))
 	}
-	resTok, err := res.Int32s()
-	if err != nil {
-		return v, err
-	}
-	bonusTok, err := bonus.Int32s()
-	if err != nil {
-		return v, err
-	}
-	if len(d) != n || len(acc) != n || len(resTok) != n || len(bonusTok) != 1 {
-		panic(fmt.Sprintf("speculation: verification shapes: %d drafts, %d flags, %d residuals, %d bonus for n = %d", len(d), len(acc), len(resTok), len(bonusTok), n))
-	}
+	d, next := got[1:n+1], got[n+1]
 
 	// 8. Leading accepted drafts.
-	for v.accepted < n && acc[v.accepted] {
-		v.accepted++
-	}
+	v.accepted = int(got[0])
 	v.observed = n
 	// 9. An accepted EOS ends the request: it is emitted but not kept (the
 	// next turn will not contain it, and a recurrent state cannot drop a
@@ -117,11 +113,8 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	// 10–11. Emitted tokens.
 	v.tokens = append(v.tokens, d[:v.accepted]...)
 	if !done {
-		if v.accepted < n {
-			v.tokens = append(v.tokens, resTok[v.accepted])
-		} else {
-			v.tokens = append(v.tokens, bonusTok[0])
-		}
+		// The residual of row accepted, or the bonus when all passed.
+		v.tokens = append(v.tokens, next)
 	}
 	// 12. Keep current and the first keep drafts in the target caches.
 	cache.Commit(cfg.TargetCaches, v.keep, n, before+1)
@@ -134,4 +127,20 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	// 14. The penalty history.
 	s.sampler.Commit(v.tokens)
 	return v, nil
+}
+
+// outcome reduces a verification to what the host needs, as one int32 array
+// [n+2]: the number of leading accepted drafts a (the leading true flags),
+// the n drafts, and the token after the accepted run — row a's residual
+// draw when a < n, the bonus draw when every draft passed. flags is [n]
+// bool, drafts and res [n] int32, bonus [1] int32.
+func outcome(flags, drafts, res, bonus *mlx.Array) *mlx.Array {
+	n := drafts.Dim(0)
+	// Leading passes: positions before the first rejection, where the
+	// running count of rejections is still 0.
+	rejected := mlx.AsType(mlx.LogicalNot(flags), mlx.Int32)
+	a := mlx.AsType(mlx.Sum(mlx.Equal(mlx.Cumsum(rejected, 0, false, true), mlx.Scalar(0, mlx.Int32)), false), mlx.Int32)
+	row := mlx.Take(res, mlx.Minimum(a, mlx.Scalar(float64(n-1), mlx.Int32)), 0)
+	next := mlx.Where(mlx.Less(a, mlx.Scalar(float64(n), mlx.Int32)), row, mlx.Reshape(bonus, -1))
+	return mlx.Concatenate(0, mlx.Reshape(a, 1), drafts, mlx.Reshape(mlx.AsType(next, mlx.Int32), 1))
 }

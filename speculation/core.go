@@ -35,6 +35,12 @@ type Config struct {
 	Controller *Controller
 	// Logger receives the per-request summary (nil: slog.Default()).
 	Logger *slog.Logger
+	// NoPipeline turns off the overlap of host and device work: plain
+	// decoding evaluates and reads each token before building the next
+	// step, and a drafting round proposes only once the previous round's
+	// tokens were emitted. Output is the same either way (ids, stops,
+	// seeded draws); benchmarks and tests compare the two.
+	NoPipeline bool
 }
 
 // Core drives speculation for one loaded target+draft pair. Its depth

@@ -64,6 +64,13 @@ type Decoder struct {
 	current  int32
 	position int           // slot current will take
 	inner    *plainDecoder // non-nil while parked
+
+	// early is the next round's proposal, made at the end of a drafting
+	// round before its tokens go back to Run (pinned; nil if none), and
+	// earlyFor the remaining budget it was made for: the device drafts
+	// while the host emits, sweeps and starts the next round.
+	early    *Candidates
+	earlyFor int
 }
 
 // Decoder starts decoding after seed, which will take slot position.
@@ -96,8 +103,8 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 		return []int32{tok}, nil
 	}
 	s.beginRound()
-	var cand *Candidates
-	if s.limit > 0 && remaining > 1 && s.draft != nil {
+	cand := d.takeEarly(remaining)
+	if cand == nil && s.limit > 0 && remaining > 1 && s.draft != nil {
 		cand = s.draft.Propose(mlx.FromInt32s([]int32{d.current}, 1), min(s.limit, remaining-1))
 		if cand != nil {
 			// Let the draft run while the host builds the verification.
@@ -131,11 +138,55 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 	d.position += 1 + v.keep
 	d.current = v.tokens[len(v.tokens)-1]
 	out := v.tokens
+	d.proposeEarly(remaining - len(out))
 	return out, nil
 }
 
-// Close ends decoding; a parked decoder drops its in-flight sample.
+// proposeEarly makes the next round's proposal now, when that round will
+// draft: Run emits this round's tokens (unless one is an EOS or an emit
+// stops it) and calls Next with left tokens to go, and the proposal depends
+// only on what this round committed. The draft sees the same calls in the
+// same order as without it (the sampler's keys included), so output is
+// unchanged. A proposal left unused when the run ends is an outstanding
+// block that the session's Settle rewinds, like a rejected one.
+func (d *Decoder) proposeEarly(left int) {
+	s := d.s
+	if s.core.cfg.NoPipeline || s.limit <= 0 || left <= 1 || s.draft == nil || s.core.IsEOS(d.current) {
+		return
+	}
+	cand := s.draft.Propose(mlx.FromInt32s([]int32{d.current}, 1), min(s.limit, left-1))
+	if cand == nil {
+		return
+	}
+	mlx.Pin(cand.Arrays()...)
+	_ = mlx.AsyncEval(cand.Arrays()...)
+	d.early, d.earlyFor = cand, left
+}
+
+// takeEarly returns the early proposal if it was made for this call's
+// budget (it always is when Run drives the decoder), releasing its pins.
+func (d *Decoder) takeEarly(remaining int) *Candidates {
+	cand := d.early
+	if cand == nil {
+		return nil
+	}
+	d.early = nil
+	mlx.Unpin(cand.Arrays()...)
+	if d.earlyFor != remaining {
+		// Drafted for another budget: drop it; the next Propose rewinds
+		// its block first.
+		return nil
+	}
+	return cand
+}
+
+// Close ends decoding; a parked decoder drops its in-flight sample, and an
+// unused early proposal is released (the session's Settle rewinds it).
 func (d *Decoder) Close() {
+	if d.early != nil {
+		mlx.Unpin(d.early.Arrays()...)
+		d.early = nil
+	}
 	if d.inner != nil {
 		d.inner.close()
 		d.inner = nil
@@ -175,6 +226,9 @@ func (p *plainDecoder) step(tok *mlx.Array, pos int, chain *mlx.Array) (next, pr
 
 // next emits one token.
 func (p *plainDecoder) next() (int32, error) {
+	if p.s.core.cfg.NoPipeline {
+		return p.nextUnpipelined()
+	}
 	var t, probe *mlx.Array
 	var pos int
 	if !p.started {
@@ -205,6 +259,21 @@ func (p *plainDecoder) next() (int32, error) {
 	}
 	p.s.sampler.Commit(v[:1])
 	return v[0], nil
+}
+
+// nextUnpipelined emits one token without running ahead: it forwards
+// current, reads the sample and only then returns, so nothing is in flight
+// between calls (the decoder never counts as started, and drain samples
+// after current as for a fresh one).
+func (p *plainDecoder) nextUnpipelined() (int32, error) {
+	tok, pos, err := p.drain()
+	if err != nil {
+		return 0, err
+	}
+	p.started = false
+	p.current, p.position = tok, pos
+	p.s.sampler.Commit([]int32{tok})
+	return tok, nil
 }
 
 // drain returns the in-flight sample and its slot, starting the decoder if it

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# bench-gpu-split.sh: issue 19's measurements in one run — plain decode and a
+# depth-7 oracle round on random Qwen3.5 shapes, each with and without the
+# host/device pipelining (SPECULA_PIPELINE=0), the modes alternating, every
+# bench with --split so each step and round is divided into host graph
+# building, MLX submission and waiting on the device. Prints one compact
+# table; the JSON reports stay in OUT.
+#
+#   scripts/bench-gpu-split.sh [SHAPE ...]          # default: 0.8B 4B
+#
+# Environment:
+#   SPECULA    the specula binary (default: `specula` on PATH, else build/specula)
+#   DTYPE      synth's dtype (default bfloat16). On random bf16 weights the
+#              oracle's drafts are mostly rejected (near-tied logits flip
+#              between a one-token step and a verification forward), which
+#              leaves the round's cost meaningful but not its speedup; use
+#              DTYPE=float32 MLX_ENABLE_TF32=0 for an oracle that is accepted.
+#   LAYERS     target layers (default 0: the release's)
+#   VOCAB      vocabulary (default 0: the release's 248320)
+#   TOKENS     new tokens per prompt (default 64); REPEATS runs per prompt
+#              and mode inside one bench (default 2); ALTERNATE how many times
+#              the pipelined/unpipelined pair is repeated (default 2)
+#   DEPTH      the oracle's depth (default 7)
+#   BANDWIDTH  bytes/s of the memory (default 4.8e12, an H200's HBM): the
+#              table's "bw %" is tok/s × weight bytes / BANDWIDTH
+#   OUT        folder for checkpoints and reports (default /tmp/specula-split);
+#              KEEP=0 removes each shape's checkpoint after its runs
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+specula="${SPECULA:-}"
+if [ -z "$specula" ]; then
+  specula="$(command -v specula || true)"
+  [ -n "$specula" ] || specula="$root/build/specula"
+fi
+[ -x "$specula" ] || { echo "bench-gpu-split: no specula binary at '$specula' (set SPECULA)" >&2; exit 2; }
+dtype="${DTYPE:-bfloat16}"
+layers="${LAYERS:-0}"
+vocab="${VOCAB:-0}"
+tokens="${TOKENS:-64}"
+repeats="${REPEATS:-2}"
+alternate="${ALTERNATE:-2}"
+depth="${DEPTH:-7}"
+out="${OUT:-/tmp/specula-split}"
+shapes=("$@")
+[ ${#shapes[@]} -gt 0 ] || shapes=(0.8B 4B)
+mkdir -p "$out"
+python="$(command -v python3 || command -v python)"
+"$specula" --version >&2 || true
+
+for shape in "${shapes[@]}"; do
+  dir="$out/$shape-$dtype-$layers"
+  if [ ! -f "$dir/manifest.toml" ]; then
+    echo "bench-gpu-split: writing random $shape weights ($dtype) to $dir" >&2
+    rm -rf "$dir"
+    "$specula" synth --shape "$shape" --layers "$layers" --vocab "$vocab" --dtype "$dtype" --out "$dir" >/dev/null
+  fi
+  # Three fixed pseudo-random prompts of 16, 32 and 64 ids. (No --no-draft
+  # below: it would turn the oracle off too; synth writes no draft.)
+  "$python" - "$dir" <<'PY'
+import json, random, sys, pathlib
+d = pathlib.Path(sys.argv[1])
+v = json.loads((d / "target" / "config.json").read_text())
+v = v.get("text_config", v)["vocab_size"]
+r = random.Random(20261204)
+(d / "prompts.jsonl").write_text("".join(json.dumps([r.randrange(v) for _ in range(n)]) + "\n" for n in (16, 32, 64)))
+PY
+  for ((k = 1; k <= alternate; k++)); do
+    # Alternate which mode goes first, so drift weighs on both.
+    modes=(1 0)
+    [ $((k % 2)) -eq 0 ] && modes=(0 1)
+    for p in "${modes[@]}"; do
+      echo "bench-gpu-split: $shape, pipeline $p, run $k/$alternate" >&2
+      SPECULA_PIPELINE=$p "$specula" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
+        --max-tokens "$tokens" --repeats "$repeats" --oracle --depths "$depth" \
+        --split --json --quiet > "$dir/bench-pipeline$p-run$k.json"
+    done
+  done
+  if [ "${KEEP:-1}" = 0 ]; then rm -rf "$dir/target"; fi
+done
+
+"$python" - "$out" "$dtype" "$layers" "${BANDWIDTH:-4.8e12}" "${shapes[@]}" <<'PY'
+import json, sys, pathlib, statistics
+out, dtype, layers, bw = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+shapes = sys.argv[5:]
+med = statistics.median
+print(f"random Qwen3.5 shapes, {dtype}, layers {'as released' if layers == '0' else layers}; ms are means per step/round after the first token,")
+print("medians over the alternated runs; build = host graph building and token handling, sub = MLX submitting (encoding) kernels, wait = blocked on the device")
+head = ("shape", "pipe", "plain tok/s", "bw %", "step ms", "build/sub/wait", "oracle round ms", "build/sub/wait", "round/step", "accept len", "oracle tok/s")
+rows = [head]
+for shape in shapes:
+    d = out / f"{shape}-{dtype}-{layers}"
+    wbytes = sum(f.stat().st_size for f in (d / "target").glob("*.safetensors")) if (d / "target").exists() else 0
+    for p in ("1", "0"):
+        runs = [json.loads(f.read_text()) for f in sorted(d.glob(f"bench-pipeline{p}-run*.json"))]
+        if not runs:
+            continue
+        def hd(m, key):
+            # No split when a run had no round after its first token.
+            v = [(r[m] if m == "plain" else r["oracle"][0]).get("host_device", {}).get(key) for r in runs]
+            v = [x for x in v if x is not None]
+            return med(v) if v else float("nan")
+        tps = med([r["plain"]["tokens_per_second"]["median"] for r in runs])
+        otps = med([r["oracle"][0]["tokens_per_second"]["median"] for r in runs])
+        acc = med([r["oracle"][0].get("mean_acceptance_length", 0) for r in runs])
+        step, rnd = hd("plain", "round_ms"), hd("oracle", "round_ms")
+        split = lambda m: f"{hd(m, 'build_ms'):.2f}/{hd(m, 'submit_ms'):.2f}/{hd(m, 'wait_ms'):.2f}"
+        rows.append((shape, "on" if p == "1" else "off", f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes else "-",
+                     f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}"))
+widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+for r in rows:
+    print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+PY
