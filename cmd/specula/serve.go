@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/specula-dev/specula/distributed"
 	"github.com/specula-dev/specula/engine"
 	"github.com/specula-dev/specula/server"
 )
@@ -39,6 +40,12 @@ func runServe(e *env, args []string) int {
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
+	}
+	if _, ok := distributed.Joined(); ok {
+		// Every rank would answer its own requests, and a request reaching
+		// one rank would leave the others waiting in its first all_sum.
+		fmt.Fprintln(e.stderr, "specula serve: the server does not run as ranks of `specula launch` yet (only rank 0 would receive requests, and the others must run every forward with it): use `specula launch -n N -- run` or `bench`, or serve from one process")
+		return exitUsage
 	}
 	if len(pos) == 0 {
 		fmt.Fprintln(e.stderr, "specula serve: give at least one manifest (or a folder of manifests)")
