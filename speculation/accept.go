@@ -133,14 +133,15 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 // [n+2]: the number of leading accepted drafts a (the leading true flags),
 // the n drafts, and the token after the accepted run — row a's residual
 // draw when a < n, the bonus draw when every draft passed. flags is [n]
-// bool, drafts and res [n] int32, bonus [1] int32.
+// bool, drafts and res [n] int32, bonus [1] int32. It makes no scalar
+// constants: those are cached for the process by value, and depths vary.
 func outcome(flags, drafts, res, bonus *mlx.Array) *mlx.Array {
-	n := drafts.Dim(0)
 	// Leading passes: positions before the first rejection, where the
 	// running count of rejections is still 0.
 	rejected := mlx.AsType(mlx.LogicalNot(flags), mlx.Int32)
-	a := mlx.AsType(mlx.Sum(mlx.Equal(mlx.Cumsum(rejected, 0, false, true), mlx.Scalar(0, mlx.Int32)), false), mlx.Int32)
-	row := mlx.Take(res, mlx.Minimum(a, mlx.Scalar(float64(n-1), mlx.Int32)), 0)
-	next := mlx.Where(mlx.Less(a, mlx.Scalar(float64(n), mlx.Int32)), row, mlx.Reshape(bonus, -1))
-	return mlx.Concatenate(0, mlx.Reshape(a, 1), drafts, mlx.Reshape(mlx.AsType(next, mlx.Int32), 1))
+	before := mlx.LogicalNot(mlx.AsType(mlx.Cumsum(rejected, 0, false, true), mlx.Bool))
+	a := mlx.AsType(mlx.Sum(mlx.AsType(before, mlx.Int32), false), mlx.Int32)
+	// Index a of [res_0 … res_{n−1}, bonus].
+	next := mlx.Take(mlx.Concatenate(0, res, mlx.AsType(mlx.Reshape(bonus, 1), mlx.Int32)), a, 0)
+	return mlx.Concatenate(0, mlx.Reshape(a, 1), drafts, mlx.Reshape(next, 1))
 }
