@@ -318,3 +318,103 @@ func TestSigmoidMulCPU(t *testing.T) {
 		}
 	})
 }
+
+// ConvSiLUCPU: silu of the causal depthwise convolution against a float64
+// reference, and bit for bit against MLX's compiled kernel of the same ops
+// (qwen35's causalConvSiLU, the models' values before the shim served them),
+// for one and several output rows, channel counts that fill whole 8-float
+// groups (16) and leave a remainder (37), one tap and four, contiguous
+// operands and transposed views (the strided path), with inputs at the exp
+// kernel's edges.
+func TestConvSiLUCPU(t *testing.T) {
+	compiled := mlx.Compile("test_conv_silu", 1, func(in []*mlx.Array) []*mlx.Array {
+		x, w := in[0], in[1]
+		taps := w.Dim(0)
+		L := x.Dim(1) - taps + 1
+		var sum *mlx.Array
+		for j := range taps {
+			term := mlx.Multiply(mlx.SliceAxis(x, 1, j, j+L), mlx.SliceAxis(w, 0, j, j+1))
+			if sum == nil {
+				sum = term
+			} else {
+				sum = mlx.Add(sum, term)
+			}
+		}
+		return []*mlx.Array{mlx.Silu(sum)}
+	})
+	sigmoid := func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			if _, ok := mlx.ConvSiLUCPU(mlx.Zeros(mlx.Float32, 1, 4, 8), mlx.Zeros(mlx.Float32, 4, 8)); ok {
+				t.Fatalf("ConvSiLUCPU served a call off the CPU")
+			}
+			return
+		}
+		r := newRand(t)
+		edges := []float64{0, math.Copysign(0, -1), 30, 40, -30, -40, 1e-8, -1e-8, 1e30, math.Inf(1), math.Inf(-1), math.NaN()}
+		for _, taps := range []int{4, 1} {
+			for _, C := range []int{16, 37} {
+				for _, L := range []int{1, 8} {
+					x := randTensor(r, 1, L+taps-1, C)
+					for i := range x.data {
+						x.data[i] *= 3
+					}
+					copy(x.data[len(x.data)-len(edges):], edges)
+					x.roundF32()
+					w := randTensor(r, taps, C).roundF32()
+					want := newTensor(1, L, C)
+					for tt := range L {
+						for c := range C {
+							s := 0.0
+							for j := range taps {
+								s += x.at(0, tt+j, c) * w.at(j, c)
+							}
+							want.data[tt*C+c] = s * sigmoid(s)
+						}
+					}
+					xm, wm := x.mlx(), w.mlx()
+					// The same values through transposed views: x's channels and
+					// w's taps strided.
+					xt := mlx.Transpose(mlx.Contiguous(mlx.Transpose(xm, 0, 2, 1)), 0, 2, 1)
+					wt := mlx.Transpose(mlx.Contiguous(mlx.Transpose(wm, 1, 0)), 1, 0)
+					for _, in := range []struct {
+						name string
+						x, w *mlx.Array
+					}{{"contiguous", xm, wm}, {"views", xt, wt}} {
+						name := fmt.Sprintf("taps %d, C %d, L %d, %s", taps, C, L, in.name)
+						got, ok := mlx.ConvSiLUCPU(in.x, in.w)
+						if !ok {
+							t.Fatalf("%s: the CPU kernel did not serve float32 operands", name)
+						}
+						ops, err := mlx.GraphOps(got)
+						t.NoErr(err)
+						if ops["ConvSiLUCPU"] != 1 {
+							t.Fatalf("%s: graph %v, want one ConvSiLUCPU node", name, ops)
+						}
+						g := t.Float32s(got)
+						c := t.Float32s(compiled.Call(in.x, in.w)[0])
+						for i := range g {
+							if math.Float32bits(g[i]) != math.Float32bits(c[i]) && !(g[i] != g[i] && c[i] != c[i]) {
+								t.Fatalf("%s: element %d is %v, MLX's compiled kernel gives %v", name, i, g[i], c[i])
+							}
+						}
+						finite := newTensor(1, L, C)
+						gotFinite := make([]float32, len(g))
+						for i := range g {
+							if w := want.data[i]; !math.IsNaN(w) && !math.IsInf(w, 0) && math.Abs(w) < 1e20 {
+								finite.data[i], gotFinite[i] = w, g[i]
+							}
+						}
+						check(t, name, mlx.FromFloat32s(gotFinite, 1, L, C), finite, 1e-5, 1e-5)
+					}
+				}
+			}
+		}
+		if _, ok := mlx.ConvSiLUCPU(mlx.AsType(mlx.Zeros(mlx.Float32, 1, 4, 8), mlx.BFloat16), mlx.Zeros(mlx.Float32, 4, 8)); ok {
+			t.Fatalf("ConvSiLUCPU served a bfloat16 input")
+		}
+		if _, ok := mlx.ConvSiLUCPU(mlx.Zeros(mlx.Float32, 1, 3, 8), mlx.Zeros(mlx.Float32, 4, 8)); ok {
+			t.Fatalf("ConvSiLUCPU served fewer input rows than taps")
+		}
+	})
+}

@@ -722,6 +722,35 @@ func SigmoidMulCPU(a, b *Array, silu bool) (*Array, bool) {
 	return wrap(out), true
 }
 
+// ConvSiLUCPU returns silu(Σ_j x[:, t+j, :] · w[j, :]) [B, L, C] for x
+// [B, L+Kc−1, C] and w [Kc, C] — a causal depthwise convolution and its
+// SiLU, as the Qwen3.5 delta-net applies them — as one vectorised node, and
+// true, when the CPU kernel serves the call: the CPU device, float32
+// operands of those shapes. Each element equals the one MLX's compiled
+// kernel of the same multiplies and adds (in tap order) computes, to the
+// bit. Otherwise it returns nil and false, and the caller composes it from
+// MLX's ops.
+func ConvSiLUCPU(x, w *Array) (*Array, bool) {
+	must(x)
+	must(w)
+	if !x.Valid() || !w.Valid() || CurrentDevice() != CPU || x.DType() != Float32 || w.DType() != Float32 ||
+		x.NDim() != 3 || w.NDim() != 2 || x.Dim(2) != w.Dim(1) || x.Dim(1) < w.Dim(0) {
+		return nil, false
+	}
+	var out C.spx_array
+	if err := status(C.spx_conv_silu_cpu(&out, x.c, w.c, defaultStream)); err != nil {
+		if out.ctx != nil {
+			C.spx_array_free(out)
+		}
+		record(err)
+		return empty(), true
+	}
+	if out.ctx == nil {
+		return nil, false
+	}
+	return wrap(out), true
+}
+
 // RoPE rotates the first dims features of x [..., L, D] for positions
 // offset … offset+L−1. traditional pairs adjacent dims; otherwise dim j pairs
 // with j + dims/2 (rotate-half, "neox").

@@ -36,7 +36,11 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	// padded rows t … t+Kc−1 (the last tap is the current row).
 	splits := c.SnapshotSplits(L)
 	padded := mlx.Concatenate(1, c.ConvState(), mixed)
-	qkv := mlx.Split(causalConvSiLU.Call(padded, g.conv)[0], -1, cfg.KeyDim(), 2*cfg.KeyDim())
+	conved, ok := mlx.ConvSiLUCPU(padded, g.conv) // the same values as one vectorised CPU node
+	if !ok {
+		conved = causalConvSiLU.Call(padded, g.conv)[0]
+	}
+	qkv := mlx.Split(conved, -1, cfg.KeyDim(), 2*cfg.KeyDim())
 	scale := 1 / math.Sqrt(float64(dk))
 	q := nn.L2Norm(mlx.Reshape(qkv[0], 1, L, hk, dk), l2Eps, scale)
 	k := nn.L2Norm(mlx.Reshape(qkv[1], 1, L, hk, dk), l2Eps, 1)

@@ -18,6 +18,12 @@
 // wherever it sits in its row, so models keep their values and a row's
 // result does not depend on the rows beside it. It is queued on the CPU
 // stream's encoder as gdn.cpp's scan is (see there for why that is correct).
+//
+// ConvSiLUCPU is the delta-net's causal depthwise convolution with its SiLU
+// (qwen35's causalConvSiLU, a compiled chain of Kc multiplies and adds and a
+// SiLU), the same way: one multiply and one add per tap, each rounded to
+// float32 as the compiled kernel rounds them (it is built without FMA), then
+// s · σ(s).
 
 #include <cmath>
 #include <cstring>
@@ -193,6 +199,104 @@ class SigmoidMulCPU : public mx::UnaryPrimitive {
   bool silu_;
 };
 
+// rounded returns v as it is, but hides it from the compiler, which would
+// otherwise fuse the multiply that made v into the add that uses it (GCC
+// contracts a·b + c into one fused multiply-add, with one rounding instead
+// of two, wherever FMA is enabled, as in the AVX2 functions below and
+// anything inlined into them).
+inline float rounded(float v) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __asm__("" : "+x"(v));
+#endif
+  return v;
+}
+
+// conv_one is one output channel of ConvSiLUCPU: Σ_j x[j]·w[j] in tap order
+// (a multiply and an add, each rounded), then s · σ(s).
+inline float conv_one(const float* x, int64_t xst, const float* w, int64_t wst, int taps) {
+  float s = rounded(x[0] * w[0]);
+  for (int j = 1; j < taps; j++) {
+    s = s + rounded(x[j * xst] * w[j * wst]);
+  }
+  return s * mlx_sigmoid(s);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+SPX_ACT_AVX2 inline __m256 rounded8(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
+// conv_row_avx2 does one output row of C channels, eight at a time, from
+// the taps' input rows x + j·xst and weight rows w + j·wst (channels
+// contiguous in both), the rest through conv_one.
+SPX_ACT_AVX2 void conv_row_avx2(const float* x, int64_t xst, const float* w, int64_t wst, int taps,
+                                float* y, int C) {
+  int c = 0;
+  for (; c + 8 <= C; c += 8) {
+    __m256 s = _mm256_mul_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(w + c));
+    for (int j = 1; j < taps; j++) {
+      s = _mm256_add_ps(s, rounded8(_mm256_mul_ps(_mm256_loadu_ps(x + j * xst + c), _mm256_loadu_ps(w + j * wst + c))));
+    }
+    _mm256_storeu_ps(y + c, _mm256_mul_ps(s, sigmoid8(s)));
+  }
+  for (; c < C; c++) {
+    y[c] = conv_one(x + c, xst, w + c, wst, taps);
+  }
+}
+#endif
+
+// ConvSiLUCPU: y[b, t, c] = silu(Σ_j x[b, t + j, c] · w[j, c]) for x
+// [B, L + Kc − 1, C] and w [Kc, C] (float32, any strides); y [B, L, C] is
+// row-contiguous.
+class ConvSiLUCPU : public mx::UnaryPrimitive {
+ public:
+  explicit ConvSiLUCPU(mx::Stream s) : mx::UnaryPrimitive(s) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    const mx::array& x = in[0];
+    const mx::array& w = in[1];
+    const int B = out.shape(0), L = out.shape(1), C = out.shape(2), taps = w.shape(0);
+    const float* xp = x.data<float>();
+    const float* wp = w.data<float>();
+    const int64_t xb = x.strides()[0], xt = x.strides()[1], xc = x.strides()[2];
+    const int64_t wt = w.strides()[0], wc = w.strides()[1];
+    float* yp = out.data<float>();
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    for (const auto& a : in) {
+      enc.set_input_array(a);
+    }
+    enc.set_output_array(out);
+    enc.dispatch([=]() {
+      const bool fast = xc == 1 && wc == 1 && have_avx2();
+      for (int b = 0; b < B; b++) {
+        for (int t = 0; t < L; t++) {
+          const float* xr = xp + b * xb + t * xt;
+          float* y = yp + (int64_t(b) * L + t) * C;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+          if (fast) {
+            conv_row_avx2(xr, xt, wp, wt, taps, y, C);
+            continue;
+          }
+#endif
+          for (int c = 0; c < C; c++) {
+            y[c] = conv_one(xr + c * xc, xt, wp + c * wc, wt, taps);
+          }
+        }
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("ConvSiLUCPU runs on the CPU only");
+  }
+
+  const char* name() const override { return "ConvSiLUCPU"; }
+
+  bool is_equivalent(const mx::Primitive&) const override { return true; }
+};
+
 }  // namespace
 
 // sigmoid_mul_cpu returns silu(a) ⊙ b (silu) or a ⊙ σ(b) as one
@@ -207,4 +311,19 @@ std::optional<mx::array> sigmoid_mul_cpu(const mx::array& a, const mx::array& b,
   }
   return mx::array(a.shape(), mx::float32, std::make_shared<SigmoidMulCPU>(s, silu),
                    std::vector<mx::array>{a, b});
+}
+
+// conv_silu_cpu returns silu of the causal depthwise convolution of x
+// [B, L + Kc − 1, C] by w [Kc, C] as one ConvSiLUCPU node when it can serve
+// the call (the CPU stream, float32, those shapes with L ≥ 1), and nothing
+// otherwise.
+std::optional<mx::array> conv_silu_cpu(const mx::array& x, const mx::array& w, const mx::Stream& s) {
+  if (s.device.type != mx::Device::cpu || x.dtype() != mx::float32 || w.dtype() != mx::float32 ||
+      x.ndim() != 3 || w.ndim() != 2 || w.shape(0) < 1 || x.shape(2) != w.shape(1) ||
+      x.shape(1) < w.shape(0) || x.shape(2) == 0 || x.shape(0) == 0) {
+    return std::nullopt;
+  }
+  const int L = x.shape(1) - w.shape(0) + 1;
+  return mx::array({x.shape(0), L, x.shape(2)}, mx::float32, std::make_shared<ConvSiLUCPU>(s),
+                   std::vector<mx::array>{x, w});
 }

@@ -22,6 +22,7 @@ std::optional<mx::array> rms_norm_cpu(const mx::array& x, const std::optional<mx
                                       float eps, const mx::Stream& s);
 std::optional<mx::array> sigmoid_mul_cpu(const mx::array& a, const mx::array& b, bool silu,
                                          const mx::Stream& s);
+std::optional<mx::array> conv_silu_cpu(const mx::array& x, const mx::array& w, const mx::Stream& s);
 
 namespace {
 
@@ -707,6 +708,14 @@ int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
 int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx_stream s) {
   SPX_TRY
   if (auto y = sigmoid_mul_cpu(arr(a), arr(b), silu, stream(s))) {
+    assign(out, std::move(*y));
+  }
+  SPX_CATCH
+}
+
+int spx_conv_silu_cpu(spx_array* out, spx_array x, spx_array w, spx_stream s) {
+  SPX_TRY
+  if (auto y = conv_silu_cpu(arr(x), arr(w), stream(s))) {
     assign(out, std::move(*y));
   }
   SPX_CATCH

@@ -269,6 +269,10 @@ int spx_rms_norm(spx_array* out, spx_array x, spx_array weight, float eps,
    (operands of one shape); *out is left empty when the call is not the
    kernel's (another device or dtype, shapes that differ). */
 int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx_stream s);
+/* silu of the causal depthwise convolution of x [B, L+Kc-1, C] by w [Kc, C]
+ * as one CPU node (act.cpp); out stays empty when the kernel does not serve
+ * the call. */
+int spx_conv_silu_cpu(spx_array* out, spx_array x, spx_array w, spx_stream s);
 /* offset_array may be empty, then offset is used. */
 int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
              float base, float scale, int offset, spx_array offset_array,
