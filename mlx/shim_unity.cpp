@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 6f283d20aedaaf31a69f10869a6e6a4e
+// shim digest: c1a142ee8ddd9f0aa2dd2af6bbd0d798
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"

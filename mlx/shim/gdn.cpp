@@ -21,11 +21,79 @@
 // that holds the input buffers until then. Nothing here touches array
 // objects inside the task: only raw pointers, strides and sizes.
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "mlx/allocator.h"
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/primitives.h"
 
 namespace {
+
+// transpose writes dst[c·dld + r] = src[r·sld + c] for r < rows and
+// c < cols: the state's change of layout on the way in and at every bound.
+// Element by element, the strided side made these copies most of the scan's
+// time in a verification (a state per token and head); with AVX it moves
+// 8×8 blocks through registers. Values are only moved, never computed.
+void transpose_scalar(const float* src, int64_t sld, float* dst, int64_t dld, int rows, int cols) {
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < cols; c++) {
+      dst[c * dld + r] = src[r * sld + c];
+    }
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx"))) void transpose_avx(const float* src, int64_t sld, float* dst, int64_t dld,
+                                                  int rows, int cols) {
+  int r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    int c = 0;
+    for (; c + 8 <= cols; c += 8) {
+      const float* s0 = src + r * sld + c;
+      const __m256 v0 = _mm256_loadu_ps(s0), v1 = _mm256_loadu_ps(s0 + sld);
+      const __m256 v2 = _mm256_loadu_ps(s0 + 2 * sld), v3 = _mm256_loadu_ps(s0 + 3 * sld);
+      const __m256 v4 = _mm256_loadu_ps(s0 + 4 * sld), v5 = _mm256_loadu_ps(s0 + 5 * sld);
+      const __m256 v6 = _mm256_loadu_ps(s0 + 6 * sld), v7 = _mm256_loadu_ps(s0 + 7 * sld);
+      // Pairs of rows interleaved, then quadruples, then the 128-bit halves.
+      const __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
+      const __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
+      const __m256 t4 = _mm256_unpacklo_ps(v4, v5), t5 = _mm256_unpackhi_ps(v4, v5);
+      const __m256 t6 = _mm256_unpacklo_ps(v6, v7), t7 = _mm256_unpackhi_ps(v6, v7);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* d0 = dst + c * dld + r;
+      _mm256_storeu_ps(d0, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d0 + dld, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d0 + 2 * dld, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d0 + 3 * dld, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d0 + 4 * dld, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d0 + 5 * dld, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d0 + 6 * dld, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d0 + 7 * dld, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    transpose_scalar(src + r * sld + c, sld, dst + c * dld + r, dld, 8, cols - c);
+  }
+  transpose_scalar(src + r * sld, sld, dst + r, dld, rows - r, cols);
+}
+#endif
+
+void transpose(const float* src, int64_t sld, float* dst, int64_t dld, int rows, int cols) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx");
+  }();
+  if (avx) {
+    transpose_avx(src, sld, dst, dld, rows, cols);
+    return;
+  }
+#endif
+  transpose_scalar(src, sld, dst, dld, rows, cols);
+}
 
 // The loops below run over one state column of Dv contiguous floats at a
 // time; they are compiled at -O3 (the package builds at -O2, which leaves
@@ -77,9 +145,13 @@ struct scan_args {
 SPX_SIMD_CLONES
 void scan_head(const scan_args& x, int h, float* st, float* kv, float* d) {
   const int dv = x.dv, dk = x.dk, hk = h / (x.hv / x.hk);
-  for (int i = 0; i < dv; i++) {
-    for (int j = 0; j < dk; j++) {
-      st[j * dv + i] = x.s0.at(0, h, i, j);
+  if (x.s0.st[3] == 1) {
+    transpose(x.s0.p + h * x.s0.st[1], x.s0.st[2], st, dv, dv, dk);
+  } else {
+    for (int i = 0; i < dv; i++) {
+      for (int j = 0; j < dk; j++) {
+        st[j * dv + i] = x.s0.at(0, h, i, j);
+      }
     }
   }
   size_t next = 0;
@@ -114,12 +186,7 @@ void scan_head(const scan_args& x, int h, float* st, float* kv, float* d) {
       }
     }
     while (next < x.bounds.size() && x.bounds[next] == t + 1) {
-      float* dst = x.states[next] + (size_t)h * dv * dk;
-      for (int i = 0; i < dv; i++) {
-        for (int j = 0; j < dk; j++) {
-          dst[(size_t)i * dk + j] = st[j * dv + i];
-        }
-      }
+      transpose(st, dv, x.states[next] + (size_t)h * dv * dk, dk, dk, dv);
       next++;
     }
   }
