@@ -751,6 +751,34 @@ func ConvSiLUCPU(x, w *Array) (*Array, bool) {
 	return wrap(out), true
 }
 
+// TopKCPU returns, for each row of a [rows, n], its k largest entries
+// sorted best first, ties to the lower index — their indices (int32 [rows,
+// k]) and values (float32 [rows, k]) — as one node, and true, when the CPU
+// kernel serves the call: the CPU device, float32 a of rank 2, 1 ≤ k ≤ n.
+// The result equals sorting the argpartition's top k by descending value,
+// stably; NaN counts as smaller than every number. Otherwise it returns nils
+// and false.
+func TopKCPU(a *Array, k int) (ids, vals *Array, ok bool) {
+	must(a)
+	if !a.Valid() || CurrentDevice() != CPU || a.DType() != Float32 || a.NDim() != 2 || k < 1 || k > a.Dim(1) {
+		return nil, nil, false
+	}
+	var i, v C.spx_array
+	if err := status(C.spx_topk_cpu(&i, &v, a.c, C.int(k), defaultStream)); err != nil {
+		for _, o := range []C.spx_array{i, v} {
+			if o.ctx != nil {
+				C.spx_array_free(o)
+			}
+		}
+		record(err)
+		return empty(), empty(), true
+	}
+	if i.ctx == nil {
+		return nil, nil, false
+	}
+	return wrap(i), wrap(v), true
+}
+
 // RoPE rotates the first dims features of x [..., L, D] for positions
 // offset … offset+L−1. traditional pairs adjacent dims; otherwise dim j pairs
 // with j + dims/2 (rotate-half, "neox").

@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: c1a142ee8ddd9f0aa2dd2af6bbd0d798
+// shim digest: 8f91383944a01009cf1fd4e6d3491159
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
@@ -11,3 +11,4 @@
 #include "shim/norm.cpp"
 #include "shim/act.cpp"
 #include "shim/dist.cpp"
+#include "shim/topk.cpp"

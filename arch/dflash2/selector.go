@@ -49,6 +49,9 @@ type Lattice struct {
 // (MLX's argsort breaks ties by index) gives the lower id first.
 func (s *selector) candidates(logits *mlx.Array) (ids, unary *mlx.Array) {
 	k := s.topK
+	if ids, unary, ok := mlx.TopKCPU(f32(logits), k); ok {
+		return ids, unary // the same, as one node on the CPU
+	}
 	neg := mlx.Negative(f32(logits))
 	top := mlx.Sort(mlx.SliceAxis(mlx.Argpartition(neg, k-1, -1), 1, 0, k), 1)
 	order := mlx.Argsort(mlx.TakeAlongAxis(neg, top, 1), 1)

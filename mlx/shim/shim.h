@@ -273,6 +273,11 @@ int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx
  * as one CPU node (act.cpp); out stays empty when the kernel does not serve
  * the call. */
 int spx_conv_silu_cpu(spx_array* out, spx_array x, spx_array w, spx_stream s);
+/* The k largest entries of each row of x [rows, n] (float32, CPU), best
+ * first with ties to the lower index: ids [rows, k] int32 and vals [rows, k]
+ * float32 as one node (topk.cpp); both stay empty when the kernel does not
+ * serve the call. */
+int spx_topk_cpu(spx_array* ids, spx_array* vals, spx_array x, int k, spx_stream s);
 /* offset_array may be empty, then offset is used. */
 int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
              float base, float scale, int offset, spx_array offset_array,
