@@ -8,6 +8,12 @@ keep_alive and the prompt cache behave, and prints one JSON line of load-test
 measurements ("load: {...}") for docs/PERFORMANCE.md.
 
     python serve_clients.py --url http://127.0.0.1:PORT --model NAME --refs refs.json
+    python serve_clients.py --url ... --model NAME --refs refs.json --completion-only
+
+--completion-only runs the checks a base model without a chat template can
+answer (listing, raw generation and completions, stream and not, and real
+acceptance reported by the server's speculation extension); refs.json then
+needs only "raw_prompt", "raw_text", "raw_tokens" and "max_tokens".
 
 refs.json: {"raw_prompt", "raw_text", "system", "user", "chat_text",
 "max_tokens", "load_prompts": [...], "max_queue", "long_prompt"}. Exit status 0 when every
@@ -201,6 +207,12 @@ class Suite:
                                                                              max_tokens=self.n, stream=True) if c.choices)
         expect(text == self.refs["raw_text"], f"stream {text!r}")
 
+    @check("openai completions report real speculation: drafted and accepted tokens")
+    def openai_speculation(self):
+        r = self.oa.completions.create(model=self.model, prompt=self.refs["raw_prompt"], temperature=0, max_tokens=self.n)
+        spec = r.model_extra.get("speculation") or {}
+        expect(spec.get("drafted", 0) > 0 and spec.get("accepted", 0) > 0, f"speculation {spec}")
+
     @check("openai errors: error shape, 404, 400 naming the field")
     def openai_errors(self):
         try:
@@ -354,10 +366,22 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--refs", required=True)
+    ap.add_argument("--completion-only", action="store_true", help="only what a base model without a chat template answers")
     args = ap.parse_args()
     with open(args.refs) as f:
         refs = json.load(f)
+    refs.setdefault("system", "")
+    refs.setdefault("user", "")
     s = Suite(args.url, args.model, refs)
+    if args.completion_only:
+        s.openai_models()
+        s.ollama_generate_raw()
+        s.openai_completions()
+        s.openai_speculation()
+        s.http.close()
+        s.oa.close()
+        print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
+        return 1 if RESULTS["failed"] else 0
     s.ollama_listing()
     s.ollama_generate_raw()
     s.ollama_generate_templated()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/specula-dev/specula/internal/fixtures"
+	gotiny "github.com/specula-dev/specula/models/go-tiny"
 )
 
 // runJSONText runs `specula run --json` and returns its text and token count.
@@ -175,5 +176,45 @@ func TestServeRealClients(t *testing.T) {
 	}
 	if code := waitExit(t, cmd, 30*time.Second); code != exitInterrupted {
 		t.Fatalf("exit %d after Ctrl-C, want %d", code, exitInterrupted)
+	}
+}
+
+// The real clients against the trained go-tiny family with its DFlash2 draft:
+// a base model of Go code, so raw generation and completions (the chat
+// checks need a template it does not have). The served text equals `specula
+// run`'s, and the server reports drafted and accepted tokens — a trained
+// draft accepted through the APIs users call.
+func TestServeRealClientsGoTiny(t *testing.T) {
+	dir, err := gotiny.Locate("")
+	if err != nil {
+		t.Skipf("the go-tiny family is not in this checkout: %v", err)
+	}
+	out, err := exec.Command("../../scripts/pyclients.sh").Output()
+	if err != nil {
+		t.Fatalf("setting up the Python clients (scripts/pyclients.sh): %v", err)
+	}
+	python := strings.TrimSpace(string(out))
+	manifest := filepath.Join(filepath.Dir(filepath.Dir(dir)), "manifests", "go-tiny-dflash2.toml")
+	const maxTokens = 48
+	prompt := "// Reverse returns s with its runes in reverse order.\nfunc Reverse(s string) string {\n"
+	text, tokens := runJSONText(t, "-m", manifest, "--temperature", "0", "--max-tokens", fmt.Sprint(maxTokens), prompt)
+	refs := map[string]any{"raw_prompt": prompt, "raw_text": text, "raw_tokens": tokens, "max_tokens": maxTokens}
+	refsPath := filepath.Join(t.TempDir(), "refs.json")
+	data, _ := json.Marshal(refs)
+	if err := os.WriteFile(refsPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, url := startServe(t, manifest)
+	py := exec.Command(python, "../../scripts/serve_clients.py", "--url", url, "--model", "go-tiny-dflash2", "--refs", refsPath, "--completion-only")
+	pyOut, err := py.CombinedOutput()
+	t.Logf("serve_clients.py --completion-only:\n%s", pyOut)
+	if err != nil {
+		t.Fatalf("the Python clients' checks failed: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0", code)
 	}
 }
