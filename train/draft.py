@@ -63,7 +63,8 @@ def train(p: Preset, work: Path, kind: str) -> dict:
     mask_id = read_json(work / "tokenizer" / "tokenizer.json")
     mask_id = next(t["id"] for t in mask_id["added_tokens"] if t["content"] == MASK)
     cfg = dm.make_draft_config(tcfg, kind, num_layers=p.draft_layers, block_size=p.block_size, mask_token_id=mask_id,
-                               intermediate_size=p.draft_intermediate, selector_rank=p.selector_rank, top_k=p.top_k)
+                               intermediate_size=p.draft_intermediate, selector_rank=p.selector_rank, top_k=p.top_k,
+                               taps=list(p.draft_taps) if p.draft_taps else None)
     draft = dm.DraftModel(cfg)
     if kind == "dflash2":
         backbone = dm.load_draft(work / "dflash")
