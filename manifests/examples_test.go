@@ -25,7 +25,7 @@ func examples(t testing.TB) []string {
 
 func TestExamplesDecode(t *testing.T) {
 	paths := examples(t)
-	for _, want := range []string{"fixture-dflash.toml", "fixture-dflash2.toml", "qwen3.5-4b.toml", "qwen3.5-4b-dflash.toml", "qwen3.5-4b-4bit-dflash.toml", "qwen3.5-27b-dflash2.toml"} {
+	for _, want := range []string{"fixture-dflash.toml", "fixture-dflash2.toml", "go-tiny.toml", "go-tiny-dflash.toml", "go-tiny-dflash2.toml", "qwen3.5-4b.toml", "qwen3.5-4b-dflash.toml", "qwen3.5-4b-4bit-dflash.toml", "qwen3.5-27b-dflash2.toml"} {
 		if !slices.Contains(paths, want) {
 			t.Errorf("example %s is missing", want)
 		}
@@ -39,8 +39,61 @@ func TestExamplesDecode(t *testing.T) {
 			if m.Name != strings.TrimSuffix(p, ".toml") {
 				t.Errorf("name %q differs from the file name", m.Name)
 			}
-			if !strings.HasPrefix(p, "fixture-") && m.Target.Repo == "" {
+			// Checkpoints that ship in the repository (the fixtures, the
+			// go-tiny family) need no download; every other one must say where
+			// it comes from.
+			shipped := isDir(filepath.Join(filepath.Dir(p), m.Target.Path))
+			if strings.HasPrefix(p, "fixture-") || strings.HasPrefix(p, "go-tiny") {
+				if !shipped {
+					t.Errorf("target %s is not in the repository", m.Target.Path)
+				}
+			} else if m.Target.Repo == "" {
 				t.Error("a real-checkpoint example should say where to download the target (repo)")
+			}
+		})
+	}
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// TestGoTinyExamplesResolve resolves the go-tiny manifests, whose family
+// ships in models/go-tiny, against registry.Default with the built-in fakes:
+// the trained drafts' configs fit the trained target.
+func TestGoTinyExamplesResolve(t *testing.T) {
+	if err := registrytest.AddBuiltinFakes(registry.Default); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		file, draft string
+		mode        manifests.Mode
+	}{
+		{"go-tiny-dflash.toml", "DFlashDraftModel", manifests.ModeBlock},
+		{"go-tiny-dflash2.toml", "DFlash2DraftModel", manifests.ModeSelector},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			m, err := manifests.Load(tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := manifests.Resolve(ctx, m, registry.Default, manifests.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Ready(); err != nil {
+				t.Fatal(err)
+			}
+			// Expected values: models/go-tiny's config.json (8 layers) and the
+			// tokenizer's <|mask|>, the last of 8192 ids.
+			if p.Draft.Architecture != tt.draft || p.Speculation.Mode != tt.mode || p.Draft.BlockSize != 8 ||
+				p.Draft.MaskToken != 8191 || p.Target.Info.NumLayers != 8 {
+				t.Errorf("plan: target %+v, draft %s (block %d, mask %d), mode %s", p.Target.Info,
+					p.Draft.Architecture, p.Draft.BlockSize, p.Draft.MaskToken, p.Speculation.Mode)
+			}
+			if len(p.Warnings) > 0 {
+				t.Errorf("warnings on an example: %q", p.Warnings)
 			}
 		})
 	}
