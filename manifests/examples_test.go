@@ -59,47 +59,8 @@ func isDir(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// TestGoTinyExamplesResolve resolves the go-tiny manifests, whose family
-// ships in models/go-tiny, against registry.Default with the built-in fakes:
-// the trained drafts' configs fit the trained target.
-func TestGoTinyExamplesResolve(t *testing.T) {
-	if err := registrytest.AddBuiltinFakes(registry.Default); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		file, draft string
-		mode        manifests.Mode
-	}{
-		{"go-tiny-dflash.toml", "DFlashDraftModel", manifests.ModeBlock},
-		{"go-tiny-dflash2.toml", "DFlash2DraftModel", manifests.ModeSelector},
-	} {
-		t.Run(tt.file, func(t *testing.T) {
-			m, err := manifests.Load(tt.file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := manifests.Resolve(ctx, m, registry.Default, manifests.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Ready(); err != nil {
-				t.Fatal(err)
-			}
-			// Expected values: models/go-tiny's config.json (8 layers) and the
-			// tokenizer's <|mask|>, the last of 8192 ids.
-			if p.Draft.Architecture != tt.draft || p.Speculation.Mode != tt.mode || p.Draft.BlockSize != 8 ||
-				p.Draft.MaskToken != 8191 || p.Target.Info.NumLayers != 8 {
-				t.Errorf("plan: target %+v, draft %s (block %d, mask %d), mode %s", p.Target.Info,
-					p.Draft.Architecture, p.Draft.BlockSize, p.Draft.MaskToken, p.Speculation.Mode)
-			}
-			if len(p.Warnings) > 0 {
-				t.Errorf("warnings on an example: %q", p.Warnings)
-			}
-		})
-	}
-}
-
-// TestFixtureExamplesResolve resolves the fixture manifests against
+// TestFixtureExamplesResolve resolves the manifests whose checkpoints ship in
+// the repository (the test fixtures, the trained go-tiny family) against
 // registry.Default, as programs do. Names the program's architectures do not
 // register (yet) are filled with fakes sized from the fixtures' configs that
 // check fit as DFlash does, so the test runs today and, once the built-in
@@ -114,9 +75,13 @@ func TestFixtureExamplesResolve(t *testing.T) {
 		draft    string
 		mode     manifests.Mode
 		selector bool
+		mask     int32 // the tokenizer's mask id
+		layers   int   // the target's, from config.json
 	}{
-		{"fixture-dflash.toml", "DFlashDraftModel", manifests.ModeBlock, false},
-		{"fixture-dflash2.toml", "DFlash2DraftModel", manifests.ModeSelector, true},
+		{"fixture-dflash.toml", "DFlashDraftModel", manifests.ModeBlock, false, 510, 4},
+		{"fixture-dflash2.toml", "DFlash2DraftModel", manifests.ModeSelector, true, 510, 4},
+		{"go-tiny-dflash.toml", "DFlashDraftModel", manifests.ModeBlock, false, 8191, 8},
+		{"go-tiny-dflash2.toml", "DFlash2DraftModel", manifests.ModeSelector, true, 8191, 8},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
 			m, err := manifests.Load(tt.file)
@@ -131,7 +96,7 @@ func TestFixtureExamplesResolve(t *testing.T) {
 				t.Fatal(err)
 			}
 			if p.Target.Architecture != "Qwen3_5ForCausalLM" || p.Draft.Architecture != tt.draft || p.Speculation.Mode != tt.mode ||
-				p.Draft.BlockSize != 8 || p.Draft.MaskToken != 510 || p.Target.Info.NumLayers != 4 {
+				p.Draft.BlockSize != 8 || p.Draft.MaskToken != tt.mask || p.Target.Info.NumLayers != tt.layers {
 				t.Errorf("plan: target %s %+v, draft %s (block %d, mask %d), mode %s", p.Target.Architecture, p.Target.Info,
 					p.Draft.Architecture, p.Draft.BlockSize, p.Draft.MaskToken, p.Speculation.Mode)
 			}
