@@ -418,3 +418,87 @@ func TestConvSiLUCPU(t *testing.T) {
 		}
 	})
 }
+
+// DynamicConvCPU against the composition of MLX ops it replaces in DFlash2
+// (arch/dflash2 dynamicConv), bit for bit including the signs of zeros, and
+// a float64 reference, for blocks shorter and longer than the kernel, with
+// the taps read through the strided views the draft passes (slices of one
+// projection and of the stacked base kernels).
+func TestDynamicConvCPU(t *testing.T) {
+	composed := func(x, w, b *mlx.Array, groupSize int) *mlx.Array {
+		L, H := x.Dim(1), x.Dim(2)
+		kernel, groups := w.Dim(2), w.Dim(3)
+		var out *mlx.Array
+		for j := range min(kernel, L) {
+			shifted := x
+			if j > 0 {
+				shifted = mlx.Concatenate(1, mlx.Zeros(x.DType(), 1, j, H), mlx.SliceAxis(x, 1, 0, L-j))
+			}
+			dj := mlx.Reshape(mlx.SliceAxis(w, 2, j, j+1), 1, L, groups, 1)
+			dj = mlx.Reshape(mlx.BroadcastTo(dj, 1, L, groups, groupSize), 1, L, H)
+			term := mlx.Multiply(mlx.Add(dj, mlx.Reshape(mlx.SliceAxis(b, 0, j, j+1), H)), shifted)
+			if out == nil {
+				out = term
+			} else {
+				out = mlx.Add(out, term)
+			}
+		}
+		return out
+	}
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			if _, ok := mlx.DynamicConvCPU(mlx.Zeros(mlx.Float32, 1, 2, 8), mlx.Zeros(mlx.Float32, 1, 2, 4, 2), mlx.Zeros(mlx.Float32, 4, 8)); ok {
+				t.Fatalf("DynamicConvCPU served a call off the CPU")
+			}
+			return
+		}
+		r := newRand(t)
+		const K = 4
+		for _, g := range []struct{ groups, size int }{{4, 4}, {3, 5}} {
+			H := g.groups * g.size
+			for _, L := range []int{1, 3, 8} {
+				x := randTensor(r, 1, L, H).roundF32()
+				y := randTensor(r, 1, L, 2*K*g.groups).roundF32()
+				base := randTensor(r, 2, K, H).roundF32()
+				dyn := mlx.Reshape(y.mlx(), 1, L, 2, K, g.groups)
+				w := mlx.Squeeze(mlx.SliceAxis(dyn, 2, 1, 2), 2)
+				b := mlx.Squeeze(mlx.SliceAxis(base.mlx(), 0, 1, 2), 0)
+				xm := x.mlx()
+				t.Eval(xm, w, b)
+				name := fmt.Sprintf("H %d (%d groups), L %d", H, g.groups, L)
+				got, ok := mlx.DynamicConvCPU(xm, w, b)
+				if !ok {
+					t.Fatalf("%s: the CPU kernel did not serve float32 operands", name)
+				}
+				ops, err := mlx.GraphOps(got)
+				t.NoErr(err)
+				if ops["DynamicConvCPU"] != 1 || len(ops) != 1 {
+					t.Fatalf("%s: graph %v, want one DynamicConvCPU node", name, ops)
+				}
+				gv := t.Float32s(got)
+				cv := t.Float32s(composed(xm, w, b, g.size))
+				for i := range gv {
+					if math.Float32bits(gv[i]) != math.Float32bits(cv[i]) {
+						t.Fatalf("%s: element %d is %v, the composed ops give %v", name, i, gv[i], cv[i])
+					}
+				}
+				want := newTensor(1, L, H)
+				for tt := range L {
+					for c := range H {
+						s := 0.0
+						for j := range min(K, L) {
+							if tt >= j {
+								s += (y.at(0, tt, K*g.groups+j*g.groups+c/g.size) + base.at(1, j, c)) * x.at(0, tt-j, c)
+							}
+						}
+						want.data[tt*H+c] = s
+					}
+				}
+				check(t, name, got, want, 1e-5, 1e-5)
+			}
+		}
+		if _, ok := mlx.DynamicConvCPU(mlx.Zeros(mlx.Float32, 1, 2, 8), mlx.Zeros(mlx.Float32, 1, 2, 4, 3), mlx.Zeros(mlx.Float32, 4, 8)); ok {
+			t.Fatalf("DynamicConvCPU served channels that do not divide into the groups")
+		}
+	})
+}

@@ -751,6 +751,36 @@ func ConvSiLUCPU(x, w *Array) (*Array, bool) {
 	return wrap(out), true
 }
 
+// DynamicConvCPU returns DFlash2's block-local dynamic convolution of x
+// [1, L, H] — y[t, c] = Σ_{j < min(K, L)} (w[0, t, j, c/S] + b[j, c]) ·
+// x[0, t−j, c], with x zero before row 0 and S = H / G — for per-row group
+// taps w [1, L, K, G] and base taps b [K, H], as one node, and true, when the
+// CPU kernel serves the call: the CPU device, float32 operands of those
+// shapes. Each element equals, to the bit, what the composition of MLX ops
+// (a tap's coefficient added, multiplied, then added to the sum, in tap
+// order) computes. Otherwise it returns nil and false.
+func DynamicConvCPU(x, w, b *Array) (*Array, bool) {
+	must(x)
+	must(w)
+	must(b)
+	if !x.Valid() || !w.Valid() || !b.Valid() || CurrentDevice() != CPU ||
+		x.DType() != Float32 || w.DType() != Float32 || b.DType() != Float32 {
+		return nil, false
+	}
+	var out C.spx_array
+	if err := status(C.spx_dynamic_conv_cpu(&out, x.c, w.c, b.c, defaultStream)); err != nil {
+		if out.ctx != nil {
+			C.spx_array_free(out)
+		}
+		record(err)
+		return empty(), true
+	}
+	if out.ctx == nil {
+		return nil, false
+	}
+	return wrap(out), true
+}
+
 // TopKCPU returns, for each row of a [rows, n], its k largest entries
 // sorted best first, ties to the lower index — their indices (int32 [rows,
 // k]) and values (float32 [rows, k]) — as one node, and true, when the CPU

@@ -297,6 +297,67 @@ class ConvSiLUCPU : public mx::UnaryPrimitive {
   bool is_equivalent(const mx::Primitive&) const override { return true; }
 };
 
+// DynamicConvCPU is DFlash2's block-local dynamic convolution (arch/dflash2
+// dynamicConv): y[t, c] = Σ_{j < min(K, L)} (w[t, j, c / S] + b[j, c]) ·
+// x[t − j, c], x before row 0 being +0, summed in tap order with each add
+// and multiply rounded as the composed ops round them. Composed, it is about
+// twelve graph nodes per tap, four taps, four convolutions per draft layer;
+// here one node and a plain loop. x [1, L, H], w [1, L, K, G], b [K, H]
+// (float32, any strides), S = H / G; y [1, L, H] is row-contiguous.
+class DynamicConvCPU : public mx::UnaryPrimitive {
+ public:
+  DynamicConvCPU(mx::Stream s, int group) : mx::UnaryPrimitive(s), group_(group) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    const mx::array& x = in[0];
+    const mx::array& w = in[1];
+    const mx::array& b = in[2];
+    const int L = x.shape(1), H = x.shape(2), K = w.shape(2), S = group_;
+    const float* xp = x.data<float>();
+    const float* wp = w.data<float>();
+    const float* bp = b.data<float>();
+    const int64_t xt = x.strides()[1], xc = x.strides()[2];
+    const int64_t wt = w.strides()[1], wj = w.strides()[2], wg = w.strides()[3];
+    const int64_t bj = b.strides()[0], bc = b.strides()[1];
+    float* yp = out.data<float>();
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    for (const auto& a : in) {
+      enc.set_input_array(a);
+    }
+    enc.set_output_array(out);
+    enc.dispatch([=]() {
+      const int taps = std::min(K, L);
+      for (int t = 0; t < L; t++) {
+        float* y = yp + int64_t(t) * H;
+        for (int c = 0; c < H; c++) {
+          float acc = 0.0f;
+          for (int j = 0; j < taps; j++) {
+            const float coef = rounded(wp[t * wt + j * wj + (c / S) * wg] + bp[j * bj + c * bc]);
+            const float xv = t >= j ? xp[(t - j) * xt + c * xc] : 0.0f;
+            const float term = rounded(coef * xv);
+            acc = j == 0 ? term : acc + term;
+          }
+          y[c] = acc;
+        }
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("DynamicConvCPU runs on the CPU only");
+  }
+
+  const char* name() const override { return "DynamicConvCPU"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return group_ == static_cast<const DynamicConvCPU&>(other).group_;
+  }
+
+ private:
+  int group_;
+};
+
 }  // namespace
 
 // sigmoid_mul_cpu returns silu(a) ⊙ b (silu) or a ⊙ σ(b) as one
@@ -326,4 +387,22 @@ std::optional<mx::array> conv_silu_cpu(const mx::array& x, const mx::array& w, c
   const int L = x.shape(1) - w.shape(0) + 1;
   return mx::array({x.shape(0), L, x.shape(2)}, mx::float32, std::make_shared<ConvSiLUCPU>(s),
                    std::vector<mx::array>{x, w});
+}
+
+// dynamic_conv_cpu returns DFlash2's dynamic convolution of x [1, L, H] with
+// per-row group taps w [1, L, K, G] and base taps b [K, H] (channels in
+// groups of H / G) as one DynamicConvCPU node when it can serve the call (the
+// CPU stream, float32, those shapes), and nothing otherwise.
+std::optional<mx::array> dynamic_conv_cpu(const mx::array& x, const mx::array& w, const mx::array& b,
+                                          const mx::Stream& s) {
+  if (s.device.type != mx::Device::cpu || x.dtype() != mx::float32 || w.dtype() != mx::float32 ||
+      b.dtype() != mx::float32 || x.ndim() != 3 || w.ndim() != 4 || b.ndim() != 2 || x.shape(0) != 1 ||
+      w.shape(0) != 1 || w.shape(1) != x.shape(1) || x.shape(1) < 1 || w.shape(2) < 1 ||
+      b.shape(0) != w.shape(2) || b.shape(1) != x.shape(2) || w.shape(3) < 1 ||
+      x.shape(2) % w.shape(3) != 0) {
+    return std::nullopt;
+  }
+  return mx::array(x.shape(), mx::float32,
+                   std::make_shared<DynamicConvCPU>(s, x.shape(2) / w.shape(3)),
+                   std::vector<mx::array>{x, w, b});
 }

@@ -23,6 +23,8 @@ std::optional<mx::array> rms_norm_cpu(const mx::array& x, const std::optional<mx
 std::optional<mx::array> sigmoid_mul_cpu(const mx::array& a, const mx::array& b, bool silu,
                                          const mx::Stream& s);
 std::optional<mx::array> conv_silu_cpu(const mx::array& x, const mx::array& w, const mx::Stream& s);
+std::optional<mx::array> dynamic_conv_cpu(const mx::array& x, const mx::array& w, const mx::array& b,
+                                          const mx::Stream& s);
 
 namespace {
 
@@ -708,6 +710,14 @@ int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
 int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx_stream s) {
   SPX_TRY
   if (auto y = sigmoid_mul_cpu(arr(a), arr(b), silu, stream(s))) {
+    assign(out, std::move(*y));
+  }
+  SPX_CATCH
+}
+
+int spx_dynamic_conv_cpu(spx_array* out, spx_array x, spx_array w, spx_array b, spx_stream s) {
+  SPX_TRY
+  if (auto y = dynamic_conv_cpu(arr(x), arr(w), arr(b), stream(s))) {
     assign(out, std::move(*y));
   }
   SPX_CATCH

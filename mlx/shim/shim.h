@@ -273,6 +273,10 @@ int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx
  * as one CPU node (act.cpp); out stays empty when the kernel does not serve
  * the call. */
 int spx_conv_silu_cpu(spx_array* out, spx_array x, spx_array w, spx_stream s);
+/* DFlash2's dynamic convolution of x [1, L, H] by w [1, L, K, G] and b [K, H]
+ * as one CPU node (act.cpp); out stays empty when the kernel does not serve
+ * the call. */
+int spx_dynamic_conv_cpu(spx_array* out, spx_array x, spx_array w, spx_array b, spx_stream s);
 /* The k largest entries of each row of x [rows, n] (float32, CPU), best
  * first with ties to the lower index: ids [rows, k] int32 and vals [rows, k]
  * float32 as one node (topk.cpp); both stay empty when the kernel does not
