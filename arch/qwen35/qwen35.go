@@ -162,9 +162,10 @@ func (m *Model) NewCaches() []cache.Cache {
 	return out
 }
 
-// SetLayerTaps selects the layers whose outputs (the residual stream after
-// the layer, before the final norm) Forward returns as aux, concatenated in
-// ascending order. ids must be strictly ascending and below NumLayers; an
+// SetLayerTaps selects the layers whose outputs Forward returns as aux,
+// concatenated in ascending order: transformers' hidden_states[i+1], the
+// residual stream after layer i, before the final norm — except for the last
+// layer, whose record is taken after it. ids must be strictly ascending and below NumLayers; an
 // empty list clears the taps.
 func (m *Model) SetLayerTaps(ids []int) error {
 	for i, id := range ids {
@@ -260,6 +261,13 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 		}
 	}
 	hidden = nn.RMSNorm(h, w.norm, eps)
+	// A tap of the last layer is what transformers records as
+	// hidden_states[L]: the stream after the final norm (every other
+	// hidden_states[i+1] is taken before it). Drafts are trained on those
+	// records, so a draft that taps the last layer saw the normed value.
+	if n := len(taps); n > 0 && m.taps[n-1] == len(w.layers)-1 {
+		taps[n-1] = hidden
+	}
 	if len(taps) == 0 {
 		return hidden, hidden
 	}
