@@ -21,9 +21,10 @@ func init() {
 
 // runForward runs one forward of a checkpoint over the given ids and writes
 // float32 tensors: logits [T, V], final_hidden [T, H] (after the final
-// norm) and hidden.<i> [T, H] (the residual stream after decoder layer i,
-// for every layer unless --layers is given; only for architectures that
-// expose layer taps). The output appears whole or not at all: it is written
+// norm) and hidden.<i> [T, H] (transformers' hidden_states[i+1]: the
+// residual stream after decoder layer i, and for the last layer the final-
+// normed state, as transformers records it; for every layer unless --layers
+// is given; only for architectures that expose layer taps). The output appears whole or not at all: it is written
 // to a temporary file beside it and renamed. Exit codes: 0 written, 1
 // failure, 2 usage error.
 func runForward(e *env, args []string) int {

@@ -32,7 +32,8 @@ func qwenPrompt(t *testing.T, dir string) string {
 }
 
 // writeReference turns the fixture's reference.safetensors into the layout
-// `specula forward` writes (hidden_per_layer split into hidden.<i>).
+// `specula forward` writes (hidden_per_layer split into hidden.<i>, the
+// last one final_hidden).
 func writeReference(t *testing.T, dir, path string) {
 	t.Helper()
 	err := mlx.Do(context.Background(), func() error {
@@ -45,6 +46,9 @@ func writeReference(t *testing.T, dir, path string) {
 		for i := range per.Dim(0) {
 			out[fmt.Sprintf("hidden.%d", i)] = mlx.Squeeze(mlx.SliceAxis(per, 0, i, i+1), 0)
 		}
+		// The last layer's record is transformers' hidden_states[L], taken
+		// after the final norm.
+		out[fmt.Sprintf("hidden.%d", per.Dim(0)-1)] = ref["final_hidden"]
 		return mlx.SaveSafetensors(path, out, nil)
 	})
 	if err != nil {
