@@ -86,8 +86,12 @@ func runQuantize(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "quantize", err)
 	}
-	defer os.RemoveAll(work)
+	// Deferred calls run last first: the folder is removed before it is
+	// forgotten, so a forced exit at any moment still finds it registered
+	// (the other order left it behind when the second Ctrl-C came between
+	// the two).
 	defer removeOnForcedExit(work)()
+	defer removeSettled(work)
 	var summary string
 	err = mlx.Do(e.ctx, func() error {
 		var err error

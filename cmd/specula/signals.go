@@ -92,7 +92,20 @@ func removeOnForcedExit(path string) (forget func()) {
 func removeTemporaries() {
 	temporaries.mu.Lock()
 	for path := range temporaries.paths {
-		os.RemoveAll(path)
+		removeSettled(path)
+	}
+}
+
+// removeSettled removes path and everything below it, trying again for a
+// short while when a writer that has not stopped yet (the MLX worker finishing
+// a shard after the command was cancelled) adds files while it runs, which
+// makes a single RemoveAll fail with "directory not empty".
+func removeSettled(path string) {
+	for range 100 {
+		if os.RemoveAll(path) == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
