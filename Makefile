@@ -27,7 +27,7 @@ GO        ?= go
 FUZZTIME  ?= 10s
 GOFILES    = $(shell find . -name '*.go' -not -path './.deps/*' -not -path './build/*')
 
-.PHONY: all deps build test vet fmt-check fuzz-short demo bench clean install test-install bundle
+.PHONY: all deps build test vet fmt-check fuzz-short demo bench clean install test-install bundle train-smoke
 
 PREFIX    ?= /usr/local
 
@@ -52,6 +52,13 @@ test: deps fmt-check vet
 	$(GO) test ./...
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory test-install
+	@$(MAKE) --no-print-directory train-smoke
+
+# The training recipe at its smoke preset on the CPU, every stage, plus the
+# PyTorch-side parity checks (scripts/train-smoke.sh; its Python environment
+# goes to .deps/train-venv).
+train-smoke:
+	@./scripts/train-smoke.sh
 
 install: deps
 	@GO=$(GO) ./scripts/install.sh "$(PREFIX)"
