@@ -708,8 +708,16 @@ func SigmoidMulCPU(a, b *Array, silu bool) (*Array, bool) {
 	if !a.Valid() || !b.Valid() || CurrentDevice() != CPU || a.DType() != Float32 || b.DType() != Float32 || !slices.Equal(a.Shape(), b.Shape()) {
 		return nil, false
 	}
+	return cpuNode(func(out *C.spx_array) C.int { return C.spx_sigmoid_mul_cpu(out, a.c, b.c, C.bool(silu), defaultStream) })
+}
+
+// cpuNode runs one of the shim's constructors of a vectorised CPU node,
+// which leaves out empty when its kernel does not serve the call: the node
+// and true; an empty array and true (the error recorded) when it failed;
+// nil and false when the caller must compose the operation from MLX's ops.
+func cpuNode(build func(out *C.spx_array) C.int) (*Array, bool) {
 	var out C.spx_array
-	if err := status(C.spx_sigmoid_mul_cpu(&out, a.c, b.c, C.bool(silu), defaultStream)); err != nil {
+	if err := status(build(&out)); err != nil {
 		if out.ctx != nil {
 			C.spx_array_free(out)
 		}
@@ -737,18 +745,7 @@ func ConvSiLUCPU(x, w *Array) (*Array, bool) {
 		x.NDim() != 3 || w.NDim() != 2 || x.Dim(2) != w.Dim(1) || x.Dim(1) < w.Dim(0) {
 		return nil, false
 	}
-	var out C.spx_array
-	if err := status(C.spx_conv_silu_cpu(&out, x.c, w.c, defaultStream)); err != nil {
-		if out.ctx != nil {
-			C.spx_array_free(out)
-		}
-		record(err)
-		return empty(), true
-	}
-	if out.ctx == nil {
-		return nil, false
-	}
-	return wrap(out), true
+	return cpuNode(func(out *C.spx_array) C.int { return C.spx_conv_silu_cpu(out, x.c, w.c, defaultStream) })
 }
 
 // DynamicConvCPU returns DFlash2's block-local dynamic convolution of x
@@ -767,18 +764,7 @@ func DynamicConvCPU(x, w, b *Array) (*Array, bool) {
 		x.DType() != Float32 || w.DType() != Float32 || b.DType() != Float32 {
 		return nil, false
 	}
-	var out C.spx_array
-	if err := status(C.spx_dynamic_conv_cpu(&out, x.c, w.c, b.c, defaultStream)); err != nil {
-		if out.ctx != nil {
-			C.spx_array_free(out)
-		}
-		record(err)
-		return empty(), true
-	}
-	if out.ctx == nil {
-		return nil, false
-	}
-	return wrap(out), true
+	return cpuNode(func(out *C.spx_array) C.int { return C.spx_dynamic_conv_cpu(out, x.c, w.c, b.c, defaultStream) })
 }
 
 // TopKCPU returns, for each row of a [rows, n], its k largest entries
