@@ -46,10 +46,16 @@ class Preset:
     warmup_steps: int = 100
     target_tokens: int = 52_000_000    # tokens seen (train until this many or the time budget)
     target_seconds: float = 250.0      # wall-clock budget of the training loop
-    # regeneration
-    regen_sequences: int = 49152
-    prompt_len: int = 64
+    # prompts and regeneration
+    regen_sequences: int = 24576
+    # Prompts as long as the code users continue (specula's own files give
+    # prompts of 100-900 tokens): a draft attends to every earlier position,
+    # and offsets it never saw in training are noise to it. With the 192
+    # generated tokens a sequence is the target's training length, 512.
+    prompt_len: int = 320
     gen_len: int = 192
+    rename_fraction: float = 0.5       # training prompts cut from identifier-renamed documents
+    rename_share: float = 0.6          # share of a document's code identifiers renamed
     regen_batch: int = 4096
     # drafts
     draft_layers: int = 1
@@ -67,7 +73,7 @@ class Preset:
     draft_batch: int = 32
     anchors: int = 64
     draft_lr: float = 1e-3
-    draft_seconds: float = 150.0
+    draft_seconds: float = 240.0
     draft_steps: int = 1_000_000       # upper bound; time usually ends training first
     selector_weight: float = 1.0
     # evaluation

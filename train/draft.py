@@ -1,4 +1,4 @@
-"""Stages 5 and 6: train a DFlash or DFlash2 draft against the frozen target.
+"""Stages 6 and 7: train a DFlash or DFlash2 draft against the frozen target.
 
 The data are the target's own greedy continuations (regenerated.npy). The
 target's tap features for every sequence are computed once and kept on the

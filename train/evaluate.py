@@ -1,6 +1,7 @@
-"""Stage 7: simulated acceptance of both drafts on held-out prompts.
+"""Stage 8: simulated acceptance of both drafts on held-out prompts.
 
-The target continued held-out prompts greedily (eval.npy). A block is anchored
+The target continued held-out prompts greedily (eval.npy; outside.npy too:
+code outside the corpus, reported under "outside"). A block is anchored
 at every position of each continuation; its accepted length is 1 + the number
 of leading rows that equal the target's next tokens — what greedy
 verification accepts at depth bs-1. Continuations that end in a loop are
@@ -28,15 +29,10 @@ def summarize(lengths: np.ndarray, looping: np.ndarray) -> dict:
     return {"tau": mean(np.ones(len(lengths), bool)), "tau_looping": mean(looping), "tau_non_looping": mean(~looping)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="full")
-    ap.add_argument("--device")
-    ap.add_argument("--work", type=Path, required=True)
-    args = ap.parse_args()
-    p = preset(args.preset, args.device)
-    seqs = np.load(args.work / "eval.npy").astype(np.int64)
-    target = load_target(args.work / "target", p.device)
+def evaluate_set(p, path: Path, work: Path, target) -> dict:
+    """Both drafts' and prompt lookup's simulated acceptance on one set of
+    continuations (prompt_len prompt tokens, then the target's)."""
+    seqs = np.load(path).astype(np.int64)
     embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
     T = seqs.shape[1]
     looping_seq = np.array([lookup.ends_in_loop(s[p.prompt_len:]) for s in seqs])
@@ -46,9 +42,9 @@ def main() -> None:
               "prompt_len": p.prompt_len, "continuation": T - p.prompt_len}
     depth = None
     for kind in ("dflash", "dflash2"):
-        if not (args.work / kind / "config.json").exists():
+        if not (work / kind / "config.json").exists():
             continue
-        draft = dm.load_draft(args.work / kind).to(p.device).eval()
+        draft = dm.load_draft(work / kind).to(p.device).eval()
         depth = draft.block_size - 1
         feats = tap_features(target, seqs.astype(np.uint16), draft.taps, p.device).float()
         tokens = torch.from_numpy(seqs).to(p.device)
@@ -64,11 +60,25 @@ def main() -> None:
         hits = np.concatenate(per_pos).reshape(-1, draft.block_size - 1)
         result[kind] = summarize(lengths, looping)
         result[kind]["row_accuracy"] = [round(float(x), 3) for x in hits.mean(0)]
-        log(f"evaluate {kind}: {result[kind]}")
+        log(f"evaluate {path.stem} {kind}: {result[kind]}")
     if depth:
         lk = lookup.lookup_acceptance(seqs, p.prompt_len, depth)[:, :len(anchors)].reshape(-1)
         result["prompt_lookup"] = summarize(lk, looping)
-        log(f"evaluate prompt lookup: {result['prompt_lookup']}")
+        log(f"evaluate {path.stem} prompt lookup: {result['prompt_lookup']}")
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="full")
+    ap.add_argument("--device")
+    ap.add_argument("--work", type=Path, required=True)
+    args = ap.parse_args()
+    p = preset(args.preset, args.device)
+    target = load_target(args.work / "target", p.device)
+    result = evaluate_set(p, args.work / "eval.npy", args.work, target)
+    if (args.work / "outside.npy").exists():
+        result["outside"] = evaluate_set(p, args.work / "outside.npy", args.work, target)
     write_json(args.work / "eval.json", result)
 
 

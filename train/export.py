@@ -1,4 +1,4 @@
-"""Stage 8: assemble the family folder that ships in the repository.
+"""Stage 9: assemble the family folder that ships in the repository.
 
     OUT/                target (config.json, bfloat16 shards + index), tokenizer files
     OUT/dflash/         DFlash draft
@@ -19,7 +19,7 @@ from common import log, preset, read_json, write_json
 
 MAX_FAMILY_BYTES = 40_000_000
 MAX_FILE_BYTES = 16 << 20
-RECORDS = ("corpus/corpus.json", "target-train.json", "dflash-train.json", "dflash2-train.json", "eval.json")
+RECORDS = ("corpus/corpus.json", "prompts.json", "target-train.json", "dflash-train.json", "dflash2-train.json", "eval.json")
 
 
 def copy_checkpoint(src: Path, dst: Path) -> None:

@@ -1,4 +1,4 @@
-"""Stage 9: parity fixtures of the shipped family for specula's Go forward.
+"""Stage 10: parity fixtures of the shipped family for specula's Go forward.
 
 Runs the training code's own forward (transformers' Qwen3.5 for the target,
 draft_model.py for the drafts) in float32 on the CPU over the exported family

@@ -1,9 +1,10 @@
-"""Stage 4: the target writes the drafts' training data.
+"""Stage 5: the target writes the drafts' training data.
 
-Prompts are windows of the corpus that contain no document boundary; the
-frozen bfloat16 target continues each one greedily. The drafts then learn the
-target's own continuations — what verification will accept — rather than the
-corpus. The same function makes the evaluation set from held-out prompts.
+The frozen bfloat16 target continues each prompt of prompts.npz (stage 3)
+greedily. The drafts then learn the target's own continuations — what
+verification will accept — rather than the corpus. The evaluation sets
+(held-out packages, and code outside the corpus where stage 3 had it) are
+continued the same way.
 """
 
 from __future__ import annotations
@@ -14,27 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer
 from transformers import Qwen3_5ForCausalLM
 
-import data
-from common import EOT, log, preset, seed_everything
-
-
-def prompt_starts(stream: np.ndarray, eot: int, count: int, length: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` distinct window starts whose windows hold no <|endoftext|>."""
-    boundary = np.concatenate([[0], np.cumsum(stream == eot)])
-    starts = []
-    seen = set()
-    while len(starts) < count:
-        for s in rng.integers(0, len(stream) - length, size=count * 2):
-            if s in seen or boundary[s + length] != boundary[s]:
-                continue
-            seen.add(s)
-            starts.append(s)
-            if len(starts) == count:
-                break
-    return np.sort(np.asarray(starts, dtype=np.int64))
+from common import log, preset, seed_everything
 
 
 @torch.no_grad()
@@ -66,20 +49,14 @@ def main() -> None:
     args = ap.parse_args()
     p = preset(args.preset, args.device)
     seed_everything(p.seed)
-    tok = Tokenizer.from_file(str(args.work / "tokenizer" / "tokenizer.json"))
-    eot = tok.token_to_id(EOT)
-    streams = data.streams(args.work / "tokenizer", args.work / "corpus", args.work / "tokens")
+    prompts = np.load(args.work / "prompts.npz")
     model = load_target(args.work / "target", p.device)
-    rng = np.random.default_rng(p.seed + 1)
-    sets = {
-        "regenerated": ("train", p.regen_sequences, p.gen_len),
-        "eval": ("heldout", p.eval_prompts, p.eval_gen),
-    }
-    for name, (split, count, new) in sets.items():
+    sets = {"regenerated": ("train", p.gen_len), "eval": ("eval", p.eval_gen), "outside": ("outside", p.eval_gen)}
+    for name, (key, new) in sets.items():
+        if key not in prompts:
+            continue
         start = time.monotonic()
-        starts = prompt_starts(streams[split], eot, count, p.prompt_len, rng)
-        prompts = data.windows(streams[split], starts, p.prompt_len)
-        seqs = continue_greedy(model, prompts, new, p.regen_batch, p.device)
+        seqs = continue_greedy(model, prompts[key].astype(np.int64), new, p.regen_batch, p.device)
         np.save(args.work / f"{name}.npy", seqs)
         log(f"{name}: {seqs.shape[0]} x {seqs.shape[1]} tokens in {time.monotonic() - start:.1f} s")
 

@@ -2,7 +2,7 @@
 
     python train/run.py --work WORK [--preset full|smoke] [--stages a,b,...] [--out models/go-tiny]
 
-Stages: corpus, tokenizer, target, regenerate, dflash, dflash2, evaluate,
+Stages: corpus, tokenizer, prompts, target, regenerate, dflash, dflash2, evaluate,
 export, parity. Each reads what the earlier ones left in WORK, so a run can be
 split across machines (the corpus is made where Go is installed, the rest on
 the GPU) by carrying WORK.
@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve().parent
 STAGES = {
     "corpus": ("corpus.py", ["--out", "{work}/corpus"]),
     "tokenizer": ("bpe.py", ["--corpus", "{work}/corpus", "--out", "{work}/tokenizer"]),
+    "prompts": ("prompts.py", ["--work", "{work}"]),
     "target": ("target.py", ["--work", "{work}"]),
     "regenerate": ("regenerate.py", ["--work", "{work}"]),
     "dflash": ("draft.py", ["--work", "{work}", "--kind", "dflash"]),
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("--preset", default="full")
     ap.add_argument("--device", help="torch device (default: the preset's)")
     ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--outside", type=Path, help="prompts stage: Go code outside the corpus, a third evaluation set")
     ap.add_argument("--out", type=Path, default=Path("models/go-tiny"))
     ap.add_argument("--parity", type=Path, default=Path("testdata/fixtures/go-tiny"))
     args = ap.parse_args()
@@ -52,6 +54,8 @@ def main() -> None:
         if args.device and stage in NEEDS_DEVICE:
             cmd += ["--device", args.device]
         cmd += [a.format(work=args.work, out=args.out, parity=args.parity) for a in template]
+        if stage == "prompts" and args.outside:
+            cmd += ["--outside", str(args.outside)]
         log(f"stage {stage}: {' '.join(cmd[1:])}")
         start = time.monotonic()
         if subprocess.run(cmd).returncode != 0:

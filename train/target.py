@@ -1,4 +1,4 @@
-"""Stage 3: train the target, a Qwen3.5 text model (Qwen3_5ForCausalLM).
+"""Stage 4: train the target, a Qwen3.5 text model (Qwen3_5ForCausalLM).
 
 The checkpoint is written by transformers' save_pretrained in bfloat16 —
 exactly the layout of a published Qwen3.5 text checkpoint — and the drafts
