@@ -15,7 +15,10 @@
 # holds: MLX_BACKEND=cuda CUDA_RUNTIME=system make deps first for a GPU
 # machine whose Python already has the CUDA 13 wheels (PyTorch's).
 #
-#   make bundle [PART_SIZE=50M] [XZ_LEVEL=9]
+#   make bundle [PART_SIZE=50M] [XZ_LEVEL=9] [MODELS=0]
+#
+# MODELS=0 leaves models/ out (about 35 MB less): for a machine that has the
+# checkout, such as the device tool's, whose manifests/ find ../models there.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

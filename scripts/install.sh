@@ -113,7 +113,7 @@ mv "$prefix/bin/specula.new" "$prefix/bin/specula"
 
 mkdir -p "$share/manifests"
 cp "$root"/manifests/*.toml "$share/manifests/"
-if [ -d "$root/models" ]; then
+if [ -d "$root/models" ] && [ "${MODELS:-1}" != 0 ]; then
   # The families' data files; their Go packages are part of the program.
   (cd "$root/models" && find . -type f ! -name '*.go' | while IFS= read -r f; do
     mkdir -p "$share/models/$(dirname "$f")"
