@@ -5,3 +5,9 @@ var (
 	LastBLASThreads  = lastBLASThreads
 	SmallRowProducts = smallRowProducts
 )
+
+// SDPAComposed is ScaledDotProductAttention in its matmul-and-softmax form
+// (what a GPU runs for short half-precision query blocks), on any device.
+func SDPAComposed(q, k, v *Array, scale float32, mask AttentionMask) *Array {
+	return sdpa(q, k, v, scale, mask, true)
+}

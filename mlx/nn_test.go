@@ -220,6 +220,55 @@ func TestScaledDotProductAttention(t *testing.T) {
 	})
 }
 
+// The composed attention (matmuls and a softmax: what a GPU runs for a
+// verification's or a draft's block of 4-32 half-precision queries instead of
+// cuDNN) against the float64 reference, for blocks of 4 and 8 queries, with
+// and without grouped-query heads, in every mask mode, and in bfloat16 against
+// the reference on the bfloat16-rounded inputs.
+func TestScaledDotProductAttentionComposed(t *testing.T) {
+	const Lk, D = 37, 16
+	scale := 1 / math.Sqrt(D)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRand(t)
+		for _, shape := range []struct{ Hq, Hkv, Lq int }{{6, 2, 8}, {4, 4, 4}, {4, 1, 5}} {
+			Hq, Hkv, Lq := shape.Hq, shape.Hkv, shape.Lq
+			q := randTensor(r, 1, Hq, Lq, D).roundF32()
+			k := randTensor(r, 1, Hkv, Lk, D).roundF32()
+			v := randTensor(r, 1, Hkv, Lk, D).roundF32()
+			name := fmt.Sprintf("Hq %d Hkv %d Lq %d", Hq, Hkv, Lq)
+			composed := func(m mlx.AttentionMask) *mlx.Array {
+				return mlx.SDPAComposed(q.mlx(), k.mlx(), v.mlx(), float32(scale), m)
+			}
+			check(t, name+" no mask", composed(mlx.AttentionMask{}), sdpaRef(q, k, v, scale, nil), 1e-4, 1e-5)
+			causal := func(i, j int) bool { return j <= Lk-Lq+i }
+			check(t, name+" causal", composed(mlx.AttentionMask{Causal: true}), sdpaRef(q, k, v, scale, causal), 1e-4, 1e-5)
+			// A per-head boolean mask [1, Hq, Lq, Lk]: head h sees a band of
+			// width 3+h ending at each query, so a mask split by the wrong
+			// head group gives wrong rows.
+			vis := make([]bool, Hq*Lq*Lk)
+			for hd := range Hq {
+				for i := range Lq {
+					for j := range Lk {
+						p := Lk - Lq + i
+						vis[(hd*Lq+i)*Lk+j] = j <= p && p-j < 3+hd
+					}
+				}
+			}
+			got := composed(mlx.AttentionMask{Array: mlx.FromBools(vis, 1, Hq, Lq, Lk)})
+			for hd := range Hq {
+				band := func(i, j int) bool { p := Lk - Lq + i; return j <= p && p-j < 3+hd }
+				want := sdpaRef(q, k, v, scale, band)
+				check(t, fmt.Sprintf("%s head %d of a per-head mask", name, hd),
+					mlx.SliceAxis(got, 1, hd, hd+1), want.head(hd), 1e-4, 1e-5)
+			}
+			// bfloat16 inputs: within bfloat16's rounding of the reference.
+			qb, kb, vb := mlx.AsType(q.mlx(), mlx.BFloat16), mlx.AsType(k.mlx(), mlx.BFloat16), mlx.AsType(v.mlx(), mlx.BFloat16)
+			out := mlx.AsType(mlx.SDPAComposed(qb, kb, vb, float32(scale), mlx.AttentionMask{Causal: true}), mlx.Float32)
+			check(t, name+" bfloat16 causal", out, sdpaRef(q.roundBF16(), k.roundBF16(), v.roundBF16(), scale, causal), 3e-2, 3e-2)
+		}
+	})
+}
+
 // SigmoidMulCPU: silu(a) ⊙ b and a ⊙ σ(b) against a float64 reference, and
 // bit for bit against MLX's compiled kernel of the same ops (the models'
 // values before the shim served them), for rows that fill whole 8-float
@@ -501,4 +550,24 @@ func TestDynamicConvCPU(t *testing.T) {
 			t.Fatalf("DynamicConvCPU served channels that do not divide into the groups")
 		}
 	})
+}
+
+// roundBF16 returns a copy of t with every value rounded to bfloat16 (to
+// nearest, ties to even), as an AsType to bfloat16 rounds it.
+func (t *tensor) roundBF16() *tensor {
+	out := t.clone()
+	for i, x := range out.data {
+		b := math.Float32bits(float32(x))
+		b = (b + 0x7fff + (b>>16)&1) &^ 0xffff
+		out.data[i] = float64(math.Float32frombits(b))
+	}
+	return out
+}
+
+// head returns head h of a [1, H, L, D] tensor as [1, 1, L, D].
+func (t *tensor) head(h int) *tensor {
+	L, D := t.shape[2], t.shape[3]
+	out := newTensor(1, 1, L, D)
+	copy(out.data, t.data[h*L*D:(h+1)*L*D])
+	return out
 }

@@ -826,7 +826,18 @@ type AttentionMask struct {
 
 // ScaledDotProductAttention computes softmax(q·kᵀ·scale + mask)·v for
 // q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D] (grouped-query when Hq > Hkv).
+//
+// On a GPU, a half-precision block of 4 to 32 queries is computed as matmuls
+// and a softmax rather than by MLX's cuDNN kernel, whose plan MLX rebuilds for
+// every new key length (spx_sdpa in shim.cpp says why; SPECULA_CUDNN_BLOCKS=1
+// keeps MLX's choice).
 func ScaledDotProductAttention(q, k, v *Array, scale float32, mask AttentionMask) *Array {
+	return sdpa(q, k, v, scale, mask, false)
+}
+
+// sdpa is ScaledDotProductAttention; composed forces the matmul-and-softmax
+// form on any device (so tests can check it against MLX's kernels).
+func sdpa(q, k, v *Array, scale float32, mask AttentionMask, composed bool) *Array {
 	must(q)
 	must(k)
 	must(v)
@@ -837,6 +848,9 @@ func ScaledDotProductAttention(q, k, v *Array, scale float32, mask AttentionMask
 	}
 	defer C.free(unsafe.Pointer(mode))
 	return build(func(out *C.spx_array) C.int {
+		if composed {
+			return C.spx_sdpa_composed(out, q.c, k.c, v.c, C.float(scale), mode, h(mask.Array), defaultStream)
+		}
 		return C.spx_sdpa(out, q.c, k.c, v.c, C.float(scale), mode, h(mask.Array), C.spx_array{}, defaultStream)
 	}, q, k, v, mask.Array)
 }

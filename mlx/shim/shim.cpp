@@ -5,7 +5,9 @@
 
 #include "shim.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -756,13 +758,95 @@ int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
   SPX_CATCH
 }
 
+namespace {
+
+// Attention as two matmuls and a softmax: q [B, Hq, Lq, D] against k, v
+// [B, Hkv, Lk, D] (Hq a multiple of Hkv), with an end-aligned causal mask or
+// an array mask (boolean: true keeps; else additive) broadcastable to
+// [B, Hq, Lq, Lk]. The softmax runs in float32 whatever q's type.
+mx::array sdpa_composed(const mx::array& q, const mx::array& k,
+                        const mx::array& v, float scale, bool causal,
+                        const std::optional<mx::array>& mask, mx::Stream s) {
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || k.shape(1) == 0 ||
+      q.shape(1) % k.shape(1) != 0) {
+    throw std::invalid_argument("sdpa: q, k, v must be [B, H, L, D] with query heads a multiple of key heads");
+  }
+  int kv_heads = k.shape(1), group = q.shape(1) / kv_heads;
+  int lq = q.shape(2), lk = k.shape(2);
+  mx::array qs = mx::multiply(mx::array(scale, q.dtype()), q, s);
+  mx::array kk = k, vv = v;
+  if (group > 1) {  // one matmul per key head over its group of query heads
+    qs = mx::unflatten(qs, 1, {kv_heads, group}, s);
+    kk = mx::expand_dims(k, 2, s);
+    vv = mx::expand_dims(v, 2, s);
+  }
+  mx::array scores = mx::matmul(qs, mx::swapaxes(kk, -1, -2, s), s);
+  std::optional<mx::array> keep;
+  if (causal) {
+    keep = mx::greater_equal(mx::expand_dims(mx::arange(lk - lq, lk, s), 1, s),
+                             mx::expand_dims(mx::arange(0, lk, s), 0, s), s);
+  } else if (mask) {
+    keep = *mask;
+    if (group > 1 && keep->ndim() >= 3) {
+      keep = keep->shape(-3) == 1 ? mx::expand_dims(*keep, -3, s)
+                                  : mx::unflatten(*keep, -3, {kv_heads, group}, s);
+    }
+  }
+  if (keep && keep->dtype() == mx::bool_) {
+    mx::array neg(-std::numeric_limits<float>::infinity(), scores.dtype());
+    scores = mx::where(*keep, scores, neg, s);
+  } else if (keep) {
+    scores = mx::add(scores, mx::astype(*keep, scores.dtype(), s), s);
+  }
+  mx::array o = mx::matmul(mx::softmax(scores, std::vector<int>{-1}, true, s), vv, s);
+  return group > 1 ? mx::flatten(o, 1, 2, s) : o;
+}
+
+// A GPU query block of 4-32 rows in half precision (a verification, a draft
+// block) goes through sdpa_composed: MLX would run it on cuDNN, whose
+// execution plan is cached per exact key length, so a block attending to a
+// history that grows every round built a new plan every round (about 40 ms
+// on an H200, 20 times a go-tiny decode step). Shorter blocks take MLX's
+// vector kernel and longer ones (prefill) keep cuDNN. SPECULA_CUDNN_BLOCKS=1
+// leaves every call to MLX.
+bool compose_on_gpu(const mx::array& q, const mx::array& k, bool has_sinks,
+                    const mx::Stream& s) {
+  static const bool keep_mlx = [] {
+    const char* v = std::getenv("SPECULA_CUDNN_BLOCKS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  if (keep_mlx || has_sinks || s.device.type != mx::Device::gpu || q.ndim() != 4) {
+    return false;
+  }
+  int lq = q.shape(2);
+  bool half = q.dtype() == mx::bfloat16 || q.dtype() == mx::float16;
+  return half && lq >= 4 && lq <= 32 && lq <= k.shape(2);
+}
+
+}  // namespace
+
 int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
              float scale, const char* mask_mode, spx_array mask,
              spx_array sinks, spx_stream s) {
   SPX_TRY
-  assign(out, mx::fast::scaled_dot_product_attention(
-                  arr(q), arr(k), arr(v), scale, mask_mode ? mask_mode : "",
-                  opt(mask), opt(sinks), false, stream(s)));
+  std::string mode = mask_mode ? mask_mode : "";
+  mx::Stream st = stream(s);
+  if (compose_on_gpu(arr(q), arr(k), opt(sinks).has_value(), st)) {
+    assign(out, sdpa_composed(arr(q), arr(k), arr(v), scale, mode == "causal", opt(mask), st));
+  } else {
+    assign(out, mx::fast::scaled_dot_product_attention(
+                    arr(q), arr(k), arr(v), scale, mode, opt(mask), opt(sinks),
+                    false, st));
+  }
+  SPX_CATCH
+}
+
+int spx_sdpa_composed(spx_array* out, spx_array q, spx_array k, spx_array v,
+                      float scale, const char* mask_mode, spx_array mask,
+                      spx_stream s) {
+  SPX_TRY
+  std::string mode = mask_mode ? mask_mode : "";
+  assign(out, sdpa_composed(arr(q), arr(k), arr(v), scale, mode == "causal", opt(mask), stream(s)));
   SPX_CATCH
 }
 

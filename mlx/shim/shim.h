@@ -290,6 +290,12 @@ int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
 int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
              float scale, const char* mask_mode, spx_array mask,
              spx_array sinks, spx_stream s);
+/* The same attention as matmuls and a softmax, on any device (spx_sdpa uses
+ * it for short half-precision query blocks on the GPU; tests compare it with
+ * MLX's kernels). No sinks. */
+int spx_sdpa_composed(spx_array* out, spx_array q, spx_array k, spx_array v,
+                      float scale, const char* mask_mode, spx_array mask,
+                      spx_stream s);
 
 /* ---- quantization ------------------------------------------------------ */
 
