@@ -189,8 +189,19 @@ const shardedLogitTol = 1e-4
 // oracle drafter that is wrong at some positions, and an unseeded sampled
 // request draws the same tokens on every rank (they share rank 0's seed).
 func TestTensorParallelEqualsSingleProcess(t *testing.T) {
-	ref := loadReference(t, "qwen35-tiny")
-	job := rankJob{Manifest: writeManifest(t, "dflash-tiny", ""), Prompt: ref.PromptIDs}
+	tensorParallelEqualsSingleProcess(t, "qwen35-tiny", "dflash-tiny")
+}
+
+// The same for the MoE fixture target (4 heads, 2 KV heads, 8 experts of
+// width 32, a shared expert of width 64): each rank holds its share of
+// every expert and of the shared expert, the router replicated.
+func TestTensorParallelMoEEqualsSingleProcess(t *testing.T) {
+	tensorParallelEqualsSingleProcess(t, "qwen35moe-tiny", "dflash-moe-tiny")
+}
+
+func tensorParallelEqualsSingleProcess(t *testing.T, target, draft string) {
+	ref := loadReference(t, target)
+	job := rankJob{Manifest: writeManifestFor(t, target, draft, ""), Prompt: ref.PromptIDs}
 	greedy := ref.GreedyIDs[:32]
 	job.Oracle = slices.Concat(job.Prompt, make([]int32, 32))
 	// The oracle's continuation is the single process's plain one, with
@@ -208,7 +219,7 @@ func TestTensorParallelEqualsSingleProcess(t *testing.T) {
 	}
 
 	// The single process against the fixture (transformers' outputs).
-	want := refLogits(t, len(job.Prompt))
+	want := refLogits(t, target, len(job.Prompt))
 	if d := maxAbsDiff(single.Logits, want); d > 1e-3 {
 		t.Fatalf("single process: prompt logits differ from the fixture's by %g", d)
 	}
@@ -262,10 +273,10 @@ func TestTensorParallelEqualsSingleProcess(t *testing.T) {
 
 // refLogits returns the fixture's prompt logits (transformers) for the
 // first n prompt tokens, flattened.
-func refLogits(t *testing.T, n int) []float32 {
+func refLogits(t *testing.T, target string, n int) []float32 {
 	t.Helper()
 	v, err := mlx.Call(context.Background(), func() ([]float32, error) {
-		a, err := mlx.LoadSafetensors(filepath.Join(fixtures.Dir(t, "qwen35-tiny"), "reference.safetensors"))
+		a, err := mlx.LoadSafetensors(filepath.Join(fixtures.Dir(t, target), "reference.safetensors"))
 		if err != nil {
 			return nil, err
 		}

@@ -96,7 +96,7 @@ func planShard(cfg *Config, rank, ranks int) (*shard, *Config, error) {
 			return nil, nil, err
 		}
 	}
-	// even is rank's share of n things; spread is the one of n things
+	// even is rank's share of n things (Binder.Share); spread is the one of n things
 	// that rank's share of the others reads when the ranks outnumber them.
 	even := func(n int) nn.Span { return nn.Span{Start: rank * n / ranks, Stop: (rank + 1) * n / ranks} }
 	spread := func(n int) nn.Span {
@@ -139,9 +139,26 @@ func (m *Model) Ranks() (rank, ranks int) {
 	return m.shard.rank, m.shard.ranks
 }
 
-// rows keeps the output rows of spans of l (the whole layer when the model
+// Ranks returns this rank and the number of ranks the model being bound is
+// sharded over (0 and 1 when it is whole), for an MLPBinder that cuts its
+// layers.
+func (b *Binder) Ranks() (rank, ranks int) {
+	if b.shard == nil {
+		return 0, 1
+	}
+	return b.shard.rank, b.shard.ranks
+}
+
+// Share returns this rank's even share of n rows (all of them when the
+// model is whole); the caller has checked that the ranks divide n.
+func (b *Binder) Share(n int) nn.Span {
+	rank, ranks := b.Ranks()
+	return nn.Span{Start: rank * n / ranks, Stop: (rank + 1) * n / ranks}
+}
+
+// Rows keeps the output rows of spans of l (the whole layer when the model
 // is not sharded), recording a failure.
-func (b *Binder) rows(l *nn.Linear, path string, spans ...nn.Span) *nn.Linear {
+func (b *Binder) Rows(l *nn.Linear, path string, spans ...nn.Span) *nn.Linear {
 	if l == nil || b.shard == nil {
 		return l
 	}
@@ -152,9 +169,9 @@ func (b *Binder) rows(l *nn.Linear, path string, spans ...nn.Span) *nn.Linear {
 	return out
 }
 
-// cols keeps the input columns s of l (the whole layer when the model is
+// Cols keeps the input columns s of l (the whole layer when the model is
 // not sharded); rank 0 keeps the bias, which the all_sum then adds once.
-func (b *Binder) cols(l *nn.Linear, path string, s nn.Span) *nn.Linear {
+func (b *Binder) Cols(l *nn.Linear, path string, s nn.Span) *nn.Linear {
 	if l == nil || b.shard == nil {
 		return l
 	}

@@ -466,10 +466,10 @@ func bindAttention(b *Binder, cfg *Config, p string) *attentionWeights {
 	}
 	if s := b.shard; s != nil {
 		// A query head's rows are its query and gate, 2·D.
-		q = b.rows(q, p+"q_proj", s.heads.Scale(2*d))
-		k = b.rows(k, p+"k_proj", s.kvHeads.Scale(d))
-		v = b.rows(v, p+"v_proj", s.kvHeads.Scale(d))
-		o = b.cols(o, p+"o_proj", s.heads.Scale(d))
+		q = b.Rows(q, p+"q_proj", s.heads.Scale(2*d))
+		k = b.Rows(k, p+"k_proj", s.kvHeads.Scale(d))
+		v = b.Rows(v, p+"v_proj", s.kvHeads.Scale(d))
+		o = b.Cols(o, p+"o_proj", s.heads.Scale(d))
 	}
 	return &attentionWeights{
 		qkv:   b.Stack(q, k, v),
@@ -493,11 +493,11 @@ func bindDeltaNet(b *Binder, cfg *Config, p string) *deltaWeights {
 		kd, vd := cfg.LinearKeyDim, cfg.LinearValueDim
 		channels = []nn.Span{s.keyHeads.Scale(kd), s.keyHeads.Scale(kd).Shift(cfg.KeyDim()), s.valueHeads.Scale(vd).Shift(2 * cfg.KeyDim())}
 		heads = []nn.Span{s.valueHeads}
-		qkv = b.rows(qkv, p+"in_proj_qkv", channels...)
-		z = b.rows(z, p+"in_proj_z", s.valueHeads.Scale(vd))
-		beta = b.rows(beta, p+"in_proj_b", heads...)
-		alpha = b.rows(alpha, p+"in_proj_a", heads...)
-		out = b.cols(out, p+"out_proj", s.valueHeads.Scale(vd))
+		qkv = b.Rows(qkv, p+"in_proj_qkv", channels...)
+		z = b.Rows(z, p+"in_proj_z", s.valueHeads.Scale(vd))
+		beta = b.Rows(beta, p+"in_proj_b", heads...)
+		alpha = b.Rows(alpha, p+"in_proj_a", heads...)
+		out = b.Cols(out, p+"out_proj", s.valueHeads.Scale(vd))
 	}
 	return &deltaWeights{
 		in:     b.Stack(qkv, z, beta, alpha),
@@ -519,9 +519,9 @@ func DenseMLP(cfg *Config) MLPBinder {
 		up := b.Linear(p+"up_proj", "intermediate_size × hidden_size", I, H)
 		down := b.Linear(p+"down_proj", "hidden_size × intermediate_size", H, I)
 		if s := b.shard; s != nil {
-			gate = b.rows(gate, p+"gate_proj", s.inter)
-			up = b.rows(up, p+"up_proj", s.inter)
-			down = b.cols(down, p+"down_proj", s.inter)
+			gate = b.Rows(gate, p+"gate_proj", s.inter)
+			up = b.Rows(up, p+"up_proj", s.inter)
+			down = b.Cols(down, p+"down_proj", s.inter)
 		}
 		gateUp := b.Stack(gate, up)
 		down = b.KeepLinear(down)

@@ -18,6 +18,7 @@ package qwen35moe
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 
 	"github.com/specula-dev/specula/arch/qwen35"
@@ -96,14 +97,24 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 // Config returns the model's configuration.
 func (m *Model) Config() *Config { return m.cfg }
 
-// Shard refuses tensor parallelism: the experts are not cut over ranks yet,
-// and the dense model's sharded forward would add up every rank's whole
-// sparse block (model.TensorParallel, through the embedded qwen35.Model).
+// Shard cuts the model over the ranks of g (model.TensorParallel): the
+// hybrid layers as qwen35.Model.Shard does, and in every sparse block each
+// rank's share of each routed expert's and of the shared expert's
+// intermediate dimension (bindMLP). Both widths must divide by the rank
+// count; the error names the config.json field.
 func (m *Model) Shard(g *mlx.Group) error {
-	if g == nil || g.Size() == 1 {
-		return m.Model.Shard(g)
+	if g != nil && g.Size() > 1 {
+		n := g.Size()
+		for _, f := range []struct {
+			field string
+			v     int
+		}{{"moe_intermediate_size", m.cfg.ExpertSize}, {"shared_expert_intermediate_size", m.cfg.SharedSize}} {
+			if f.v%n != 0 {
+				return fmt.Errorf("qwen35moe: config.json %s = %d is not divisible by %d ranks: tensor parallelism gives every rank an equal share of each expert; launch a number of ranks that divides it", f.field, f.v, n)
+			}
+		}
 	}
-	return errors.New("qwen35moe: tensor parallelism is not implemented for the mixture-of-experts blocks yet: run a Qwen3.5 MoE target as one process (without `specula launch`)")
+	return m.Model.Shard(g)
 }
 
 // errNoExport is ExportMLX's answer: writing the MoE layout (switch_mlp,

@@ -28,15 +28,22 @@ import (
 // bindMLP is the model's qwen35.MLPBinder: it binds one layer's sparse
 // block, and records in m.unsupported when the backend cannot run its
 // experts' products in the compute dtype.
+//
+// Sharded over ranks (Model.Shard), a rank keeps its share of every
+// expert's intermediate rows and of the shared expert's (gate and up by
+// rows, down by input); the router and the shared-expert gate are
+// replicated. The block's output is then this rank's partial sum, which
+// the decoder adds up over the ranks like a dense MLP's.
 func (m *Model) bindMLP(b *qwen35.Binder, p string) qwen35.MLP {
 	cfg := m.cfg
 	H, E, is := cfg.HiddenSize, cfg.NumExperts, cfg.SharedSize
+	shared := b.Share(is)
 	in := b.Stack(
 		b.Linear(p+"gate", "router: num_experts × hidden_size", E, H),
 		b.Linear(p+"shared_expert_gate", "1 × hidden_size", 1, H),
-		b.Linear(p+"shared_expert.gate_proj", "shared_expert_intermediate_size × hidden_size", is, H),
-		b.Linear(p+"shared_expert.up_proj", "shared_expert_intermediate_size × hidden_size", is, H))
-	sharedDown := b.KeepLinear(b.Linear(p+"shared_expert.down_proj", "hidden_size × shared_expert_intermediate_size", H, is))
+		b.Rows(b.Linear(p+"shared_expert.gate_proj", "shared_expert_intermediate_size × hidden_size", is, H), p+"shared_expert.gate_proj", shared),
+		b.Rows(b.Linear(p+"shared_expert.up_proj", "shared_expert_intermediate_size × hidden_size", is, H), p+"shared_expert.up_proj", shared))
+	sharedDown := b.KeepLinear(b.Cols(b.Linear(p+"shared_expert.down_proj", "hidden_size × shared_expert_intermediate_size", H, is), p+"shared_expert.down_proj", shared))
 	gateUp, down := bindExperts(b, cfg, p)
 	if in == nil || sharedDown == nil || gateUp == nil || down == nil {
 		return nil
@@ -46,14 +53,19 @@ func (m *Model) bindMLP(b *qwen35.Binder, p string) qwen35.MLP {
 			m.unsupported = fmt.Errorf("qwen35moe: %s: %w; compute in float32 there (the manifest's [target] dtype = \"float32\", which \"auto\" picks on the CPU)", p+"experts", err)
 		}
 	}
-	return &sparseMoE{cfg: cfg, in: in, sharedDown: sharedDown, gateUp: gateUp, down: down}
+	// The forward splits by this rank's widths.
+	local := *cfg
+	local.ExpertSize, local.SharedSize = b.Share(cfg.ExpertSize).Len(), shared.Len()
+	return &sparseMoE{cfg: &local, in: in, sharedDown: sharedDown, gateUp: gateUp, down: down}
 }
 
 // bindExperts binds the routed experts under p (a layer's "…mlp.") in
 // whichever layout the checkpoint uses, as the stacked layers gateUp
-// [E, 2·Ie, H] and down [E, H, Ie].
+// [E, 2·Ie, H] and down [E, H, Ie], of this rank's share of Ie when
+// sharded.
 func bindExperts(b *qwen35.Binder, cfg *Config, p string) (gateUp, down *nn.Linear) {
 	H, E, ie := cfg.HiddenSize, cfg.NumExperts, cfg.ExpertSize
+	rows := b.Share(ie)
 	const (
 		gateUpWhy = "experts: num_experts × 2·moe_intermediate_size × hidden_size, gate rows first"
 		projWhy   = "experts: num_experts × moe_intermediate_size × hidden_size"
@@ -61,18 +73,24 @@ func bindExperts(b *qwen35.Binder, cfg *Config, p string) (gateUp, down *nn.Line
 		expertWhy = "one expert: moe_intermediate_size × hidden_size"
 		eDownWhy  = "one expert: hidden_size × moe_intermediate_size"
 	)
-	dense := func(a *mlx.Array) *nn.Linear {
+	// dense keeps the stacked gate | up rows [E, 2·Ie, H] or down [E, H, Ie]
+	// of this rank.
+	dense := func(a *mlx.Array, name string, isDown bool) *nn.Linear {
 		if a == nil {
 			return nil
 		}
-		return b.KeepLinear(nn.Dense(mlx.AsType(a, b.DType()), nil))
+		l := nn.Dense(mlx.AsType(a, b.DType()), nil)
+		if isDown {
+			return b.KeepLinear(b.Cols(l, name, rows))
+		}
+		return b.KeepLinear(b.Rows(l, name, rows, rows.Shift(ie)))
 	}
 	switch {
 	case b.Has(p + "switch_mlp.gate_proj.weight"):
 		return b.Stack(
-				b.Linear(p+"switch_mlp.gate_proj", projWhy, E, ie, H),
-				b.Linear(p+"switch_mlp.up_proj", projWhy, E, ie, H)),
-			b.KeepLinear(b.Linear(p+"switch_mlp.down_proj", downWhy, E, H, ie))
+				b.Rows(b.Linear(p+"switch_mlp.gate_proj", projWhy, E, ie, H), p+"switch_mlp.gate_proj", rows),
+				b.Rows(b.Linear(p+"switch_mlp.up_proj", projWhy, E, ie, H), p+"switch_mlp.up_proj", rows)),
+			b.KeepLinear(b.Cols(b.Linear(p+"switch_mlp.down_proj", downWhy, E, H, ie), p+"switch_mlp.down_proj", rows))
 	case b.Has(p + "experts.0.gate_proj.weight"):
 		var gates, ups, downs []*mlx.Array
 		for e := range E {
@@ -88,8 +106,9 @@ func bindExperts(b *qwen35.Binder, cfg *Config, p string) (gateUp, down *nn.Line
 				}
 			}
 		}
-		return dense(mlx.Concatenate(1, mlx.Stack(0, gates...), mlx.Stack(0, ups...))), dense(mlx.Stack(0, downs...))
+		return dense(mlx.Concatenate(1, mlx.Stack(0, gates...), mlx.Stack(0, ups...)), p+"experts.*.{gate,up}_proj", false),
+			dense(mlx.Stack(0, downs...), p+"experts.*.down_proj", true)
 	}
-	return dense(b.Tensor(p+"experts.gate_up_proj", gateUpWhy, []int{E, 2 * ie, H})),
-		dense(b.Tensor(p+"experts.down_proj", downWhy, []int{E, H, ie}))
+	return dense(b.Tensor(p+"experts.gate_up_proj", gateUpWhy, []int{E, 2 * ie, H}), p+"experts.gate_up_proj", false),
+		dense(b.Tensor(p+"experts.down_proj", downWhy, []int{E, H, ie}), p+"experts.down_proj", true)
 }
