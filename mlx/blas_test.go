@@ -87,20 +87,9 @@ func TestBLASThreadsPerProduct(t *testing.T) {
 		{"OpenMP's variable", "OMP_NUM_THREADS=2", 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := []string{"SPECULA_BLAS_CHILD=threads"}
-			for _, kv := range os.Environ() {
-				switch strings.SplitN(kv, "=", 2)[0] {
-				case "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "SPECULA_BLAS_CHILD":
-				default:
-					env = append(env, kv)
-				}
-			}
-			if tc.env != "" {
-				env = append(env, tc.env)
-			}
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBLASThreadsPerProduct$")
-			cmd.Env = env
-			out, err := cmd.CombinedOutput()
+			out, err := runChild("TestBLASThreadsPerProduct",
+				[]string{"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "SPECULA_BLAS_CHILD"},
+				"SPECULA_BLAS_CHILD=threads", tc.env)
 			if err != nil {
 				t.Fatalf("child: %v\n%s", err, out)
 			}

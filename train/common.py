@@ -7,6 +7,7 @@ tiny shapes, so CI keeps the code alive.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -126,6 +127,17 @@ SMOKE = replace(
 )
 
 PRESETS = {p.name: p for p in (FULL, SMOKE)}
+
+
+def stage_parser(doc: str, device: bool = True, work_help: str | None = None):
+    """The command line every stage shares: --preset, --work and, for the
+    stages that run on an accelerator, --device."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--preset", default="full")
+    if device:
+        ap.add_argument("--device", help="torch device (default: the preset's)")
+    ap.add_argument("--work", type=Path, required=True, help=work_help)
+    return ap
 
 
 def preset(name: str, device: str | None = None) -> Preset:

@@ -13,7 +13,6 @@ and adds the candidate selector's loss.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 import torch
 
 import draft_model as dm
-from common import MASK, Preset, log, preset, read_json, seed_everything, write_json
+from common import MASK, Preset, log, preset, read_json, seed_everything, stage_parser, write_json
 from regenerate import load_target
 
 
@@ -144,10 +143,7 @@ def train(p: Preset, work: Path, kind: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="full")
-    ap.add_argument("--device")
-    ap.add_argument("--work", type=Path, required=True)
+    ap = stage_parser(__doc__)
     ap.add_argument("--kind", choices=("dflash", "dflash2"), required=True)
     args = ap.parse_args()
     train(preset(args.preset, args.device), args.work, args.kind)

@@ -10,7 +10,6 @@ reported apart, beside prompt lookup on the same positions (training.md §3).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch
 
 import draft_model as dm
 import lookup
-from common import log, preset, write_json
+from common import log, preset, stage_parser, write_json
 from draft import tap_features
 from regenerate import load_target
 
@@ -69,10 +68,7 @@ def evaluate_set(p, path: Path, work: Path, target) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="full")
-    ap.add_argument("--device")
-    ap.add_argument("--work", type=Path, required=True)
+    ap = stage_parser(__doc__)
     args = ap.parse_args()
     p = preset(args.preset, args.device)
     target = load_target(args.work / "target", p.device)

@@ -9,7 +9,6 @@ continued the same way.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 from transformers import Qwen3_5ForCausalLM
 
-from common import log, preset, seed_everything
+from common import log, preset, seed_everything, stage_parser
 
 
 @torch.no_grad()
@@ -42,10 +41,7 @@ def load_target(folder: Path, device: str):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="full")
-    ap.add_argument("--device")
-    ap.add_argument("--work", type=Path, required=True)
+    ap = stage_parser(__doc__)
     args = ap.parse_args()
     p = preset(args.preset, args.device)
     seed_everything(p.seed)

@@ -12,7 +12,6 @@ and shortens the schedule to the time budget.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from tokenizers import Tokenizer
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 import data
-from common import EOT, Preset, log, preset, seed_everything, write_json
+from common import EOT, Preset, log, preset, seed_everything, stage_parser, write_json
 
 
 def make_config(p: Preset, tok: Tokenizer) -> Qwen3_5TextConfig:
@@ -154,10 +153,7 @@ def train(p: Preset, tok_dir: Path, streams: dict, out: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="full")
-    ap.add_argument("--device")
-    ap.add_argument("--work", type=Path, required=True, help="work folder holding corpus/ and tokenizer/")
+    ap = stage_parser(__doc__, work_help="work folder holding corpus/ and tokenizer/")
     args = ap.parse_args()
     p = preset(args.preset, args.device)
     streams = data.streams(args.work / "tokenizer", args.work / "corpus", args.work / "tokens")
