@@ -11,12 +11,11 @@ import (
 	_ "github.com/specula-dev/specula/arch/all"
 	"github.com/specula-dev/specula/arch/dflash"
 	"github.com/specula-dev/specula/arch/dflash2"
+	"github.com/specula-dev/specula/arch/qwen35/qwen35test"
 	"github.com/specula-dev/specula/internal/fixtures"
-	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/mlx/mlxtest"
 	"github.com/specula-dev/specula/model"
-	"github.com/specula-dev/specula/registry"
 	"github.com/specula-dev/specula/sample"
 	"github.com/specula-dev/specula/tokenizer"
 )
@@ -53,8 +52,8 @@ type weighted interface {
 	LoadWeights(map[string]*mlx.Array) error
 }
 
-// build makes an architecture from folder dir through the registry, as a
-// program would, with its weights (sharded or not) loaded in float32.
+// build makes the architecture that folder dir's config.json names through
+// the registry, as a program would, for float32 compute.
 func build(t *mlxtest.T, dir string) any {
 	t.Helper()
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
@@ -63,19 +62,13 @@ func build(t *mlxtest.T, dir string) any {
 		Architectures []string `json:"architectures"`
 	}
 	t.NoErr(json.Unmarshal(cfg, &arch))
-	v, _, err := registry.Default.Build(arch.Architectures[0], registry.Config{Dir: dir, JSON: cfg, DType: mlx.Float32})
-	t.NoErr(err)
-	return v
+	return qwen35test.Build(t, arch.Architectures[0], dir)
 }
 
+// load loads folder dir's weights (sharded or not) into m and evaluates them.
 func load(t *mlxtest.T, dir string, m weighted) {
 	t.Helper()
-	ck, err := loader.OpenCheckpoint(dir)
-	t.NoErr(err)
-	defer ck.Close()
-	tensors, err := ck.Arrays()
-	t.NoErr(err)
-	t.NoErr(m.LoadWeights(tensors))
+	qwen35test.LoadWeights(t, dir, m)
 	t.NoErr(mlx.Eval(m.Weights()...))
 }
 

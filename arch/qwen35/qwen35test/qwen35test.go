@@ -515,18 +515,35 @@ const MLXLogitTol = 2e-4
 // loader.OpenCheckpoint; float32 compute.
 func LoadCheckpoint(t *mlxtest.T, arch, dir string) model.DraftTarget {
 	t.Helper()
+	m := Build(t, arch, dir).(model.DraftTarget)
+	LoadWeights(t, dir, m)
+	return m
+}
+
+// Build makes architecture arch from the config.json of checkpoint folder
+// dir through the registry, as the engine does, for float32 compute; no
+// weights are loaded (a draft attaches its target first).
+func Build(t *mlxtest.T, arch, dir string) any {
+	t.Helper()
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	t.NoErr(err)
 	v, _, err := registry.Default.Build(arch, registry.Config{Dir: dir, JSON: cfg, DType: mlx.Float32})
 	t.NoErr(err)
-	m := v.(model.DraftTarget)
+	return v
+}
+
+// LoadWeights loads the tensors of checkpoint folder dir (sharded or not)
+// through loader.OpenCheckpoint into m.
+func LoadWeights(t *mlxtest.T, dir string, m interface {
+	LoadWeights(map[string]*mlx.Array) error
+}) {
+	t.Helper()
 	ck, err := loader.OpenCheckpoint(dir)
 	t.NoErr(err)
 	defer ck.Close()
 	tensors, err := ck.Arrays()
 	t.NoErr(err)
 	t.NoErr(m.LoadWeights(tensors))
-	return m
 }
 
 // CheckMLXConversion loads the fixture name — what mlx_lm.convert wrote
