@@ -11,7 +11,8 @@ import (
 // device when the arrays are evaluated (on CUDA through a staging buffer into
 // device memory, never into managed memory as arrays built from Go bytes
 // would be). Only tensors the index assigns to a shard are taken from it.
-// Tensors keep their stored dtype. It must run on the MLX worker.
+// Tensors keep their stored dtype. PartOf reads parts of these arrays
+// instead, while the checkpoint is open. It must run on the MLX worker.
 func (c *Checkpoint) Arrays() (map[string]*mlx.Array, error) {
 	return c.arrays(nil)
 }
@@ -41,5 +42,6 @@ func (c *Checkpoint) arrays(cast *mlx.DType) (map[string]*mlx.Array, error) {
 			out[name] = a
 		}
 	}
+	c.remember(out, cast)
 	return out, nil
 }

@@ -13,8 +13,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/specula-dev/specula/internal/jsonerr"
+	"github.com/specula-dev/specula/mlx"
 )
 
 // SingleFileName is the weights file of an unsharded checkpoint.
@@ -38,6 +40,12 @@ type Checkpoint struct {
 	shards  []*File      // sorted by path
 	tensors []TensorInfo // shard order, then offset order within a shard
 	byName  map[string]int
+
+	// Part's state (part.go): the shards opened for parts, and the lazy
+	// arrays Arrays made, which PartOf knows until Close.
+	partMu    sync.Mutex
+	partFiles map[string]*mlx.TensorFile
+	made      []*mlx.Array
 }
 
 // Config is a checkpoint's config.json: the raw document and the two fields
@@ -154,8 +162,10 @@ func (c *Checkpoint) shardOf(name string) (*File, error) {
 	return nil, &Error{File: c.Dir, Tensor: name, Kind: ErrTensorNotFound, Detail: "shard " + t.Path + " is not open"}
 }
 
-// Close closes every shard.
+// Close closes every shard. Arrays made from the checkpoint stay valid;
+// PartOf no longer knows them.
 func (c *Checkpoint) Close() error {
+	c.closeParts()
 	var errs []error
 	for _, f := range c.shards {
 		errs = append(errs, f.Close())

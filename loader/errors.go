@@ -96,6 +96,10 @@ var (
 	// (it shrank after Open). Validation makes this impossible for a file
 	// that does not change; the check is defence in depth.
 	ErrOutOfBounds error = &kind{name: "tensor bytes outside the file"}
+	// ErrPart: a part asked of a tensor (Checkpoint.Part) does not fit it:
+	// an axis or span out of range, or a cut inside a byte of a sub-byte
+	// dtype.
+	ErrPart error = &kind{name: "invalid part of a tensor"}
 )
 
 // ErrInvalidTensor: a tensor given to the writer is inconsistent (invalid

@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 4a2fedf8d3020601d68c2030832b5959
+// shim digest: 91551075b600eb3e0f3e904b228971f6
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
@@ -12,3 +12,4 @@
 #include "shim/act.cpp"
 #include "shim/dist.cpp"
 #include "shim/topk.cpp"
+#include "shim/part.cpp"

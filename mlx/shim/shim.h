@@ -442,6 +442,28 @@ int spx_save_safetensors(const char* path, const char* const* names,
                          const char* const* meta_keys,
                          const char* const* meta_values, size_t nmeta);
 
+/* ---- parts of stored tensors (part.cpp) -------------------------------- */
+
+/* A safetensors file opened to read parts of its tensors (a rank of a
+ * tensor-parallel model reads only its slices). The descriptor is shared by
+ * the parts loaded from it and closed when the handle and the last of them
+ * are freed. spx_tensor_file_free may be called on any thread. */
+typedef struct {
+  void* ctx;
+} spx_tensor_file;
+int spx_tensor_file_open(spx_tensor_file* out, const char* path);
+int spx_tensor_file_free(spx_tensor_file f);
+/* A lazy array of the given shape and safetensors dtype name ("BF16"),
+ * read when evaluated on stream s by MLX's own Load primitive: blocks
+ * blocks, block i starting at byte offset + i*stride of the file, and of
+ * each block the nranges byte ranges [starts[j], starts[j] + lens[j]),
+ * concatenated in order. Only those bytes are read. */
+int spx_tensor_file_load(spx_array* out, spx_tensor_file f, const char* dtype,
+                         const int* shape, int ndim, uint64_t offset,
+                         uint64_t blocks, uint64_t stride,
+                         const uint64_t* starts, const uint64_t* lens,
+                         size_t nranges, spx_stream s);
+
 #ifdef __cplusplus
 }
 #endif
