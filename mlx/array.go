@@ -153,6 +153,22 @@ func (a *Array) NBytes() int64 {
 	return int64(a.Size()) * int64(a.DType().Size())
 }
 
+// Evaluated reports whether an evaluation has reached a: its value has
+// been computed (or read from a file), or is being. A lazy array that no
+// evaluation needed reports false; so does an empty one. Tests use it to
+// show what a load did not read.
+func (a *Array) Evaluated() bool {
+	if !a.Valid() {
+		return false
+	}
+	a.checkLive()
+	var out C.bool
+	if err := status(C.spx_array_evaluated(&out, a.c)); err != nil {
+		return false
+	}
+	return bool(out)
+}
+
 // String describes the array's shape and dtype (not its values).
 func (a *Array) String() string {
 	if a == nil {

@@ -2,6 +2,7 @@ package mlx_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,13 +18,19 @@ import (
 // [5, 6] whose entry (i, j) is 10·i + j, and returns its path and the
 // absolute offset of the tensor's first byte.
 func partFixture(t *testing.T) (string, int64) {
-	header := `{"w":{"dtype":"F32","shape":[5,6],"data_offsets":[0,120]}}`
+	return wideFixture(t, 5, 6, 10)
+}
+
+// wideFixture is partFixture for a tensor [rows, cols] whose entry (i, j)
+// is k·i + j.
+func wideFixture(t *testing.T, rows, cols, k int) (string, int64) {
+	header := fmt.Sprintf(`{"w":{"dtype":"F32","shape":[%d,%d],"data_offsets":[0,%d]}}`, rows, cols, 4*rows*cols)
 	header += strings.Repeat(" ", (8-len(header)%8)%8)
 	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
 	b = append(b, header...)
-	for i := range 5 {
-		for j := range 6 {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(10*i+j)))
+	for i := range rows {
+		for j := range cols {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(k*i+j)))
 		}
 	}
 	path := filepath.Join(t.TempDir(), "w.safetensors")
@@ -71,10 +78,51 @@ func TestLoadPart(t *testing.T) {
 				t.Errorf("%s: Bytes() = %d, want %d", c.name, c.part.Bytes(), 4*len(c.want))
 			}
 		}
+		if whole["w"].Evaluated() {
+			t.Errorf("reading parts evaluated the whole tensor")
+		}
 		// The same columns through the whole read.
 		cols := mlx.SliceAxis(whole["w"], 1, 2, 4)
 		if got := t.Float32s(cols); !slices.Equal(got, cases[2].want) {
 			t.Errorf("whole read, columns 2…3: %v, want %v", got, cases[2].want)
+		}
+		if !whole["w"].Evaluated() {
+			t.Errorf("the whole tensor is not Evaluated after a slice of it was")
+		}
+	})
+}
+
+// Columns whose rows lie more than a page apart are read piece by piece,
+// those closer through a window, and runs longer than the window are split:
+// the values are the fixture's formula either way.
+func TestLoadPartWideRows(t *testing.T) {
+	const rows, cols = 16, 1 << 17 // a row is 512 KiB, 16 rows 8 MiB
+	path, base := wideFixture(t, rows, cols, cols)
+	const row = 4 * cols
+	cases := []struct {
+		name       string
+		start, end int // columns
+	}{
+		{"gaps longer than a page", 1000, 1500},
+		{"gaps shorter than a page", 100, cols - 100},
+		{"half of each row", 0, cols / 2},
+	}
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		f, err := mlx.OpenTensorFile(path)
+		t.NoErr(err)
+		defer f.Close()
+		for _, c := range cases {
+			w := c.end - c.start
+			a, err := f.LoadPart("F32", []int{rows, w}, mlx.FilePart{Offset: base, Blocks: rows, Stride: row, Ranges: ranges(int64(4*c.start), int64(4*w))})
+			t.NoErr(err)
+			got := t.Float32s(a)
+			for i := range rows {
+				for j := range w {
+					if want := float32(i*cols + c.start + j); got[i*w+j] != want {
+						t.Fatalf("%s: entry (%d, %d) is %v, want %v", c.name, i, j, got[i*w+j], want)
+					}
+				}
+			}
 		}
 	})
 }

@@ -8,8 +8,8 @@
 // virtual safetensors file (a header naming one tensor of the part's shape
 // and dtype, then the part's bytes) whose reads this reader maps onto the
 // byte ranges of the real file that hold the part. A range of rows is one
-// byte range; a range of columns is one per row (a block each). Nothing else
-// of the tensor is read.
+// byte range; a range of columns is one per row (a block each). The part
+// alone is ever held; the file's pages read are those holding the part.
 
 #include "shim.h"
 
@@ -74,6 +74,9 @@ void pread_all(const tensor_file& f, char* data, size_t n, uint64_t off) {
 // JSON header), then blocks_ blocks of the ranges' bytes.
 class part_reader : public mx::io::Reader {
  public:
+  static constexpr uint64_t kPage = 4096;          // gaps shorter than this are read across
+  static constexpr uint64_t kWindow = 4ull << 20;  // the most one run reads through scratch
+
   part_reader(std::shared_ptr<tensor_file> file, std::string head, uint64_t offset,
               uint64_t blocks, uint64_t stride, std::vector<uint64_t> starts,
               std::vector<uint64_t> lens)
@@ -108,8 +111,14 @@ class part_reader : public mx::io::Reader {
     pos_ += n;
   }
 
-  // read copies the header's bytes and reads the part's from the file, one
-  // pread per range of each block (no byte outside the part).
+  // read copies the header's bytes and reads the part's from the file.
+  // Consecutive pieces whose gaps are shorter than a page are read as one
+  // run through a scratch buffer (a few MiB at most): such a gap holds no
+  // whole page, so reading across it costs no disk read that the pieces
+  // did not already need, and it spares a system call per piece (a range
+  // of columns of a stacked expert weight is millions of short pieces).
+  // Longer gaps are skipped; the part never passes through more memory
+  // than its own and one window.
   void read(char* data, size_t n, size_t offset) override {
     if (offset > size() || n > size() - offset) {
       throw std::runtime_error("mlx shim: read past the end of a part of " + file_->path);
@@ -130,9 +139,35 @@ class part_reader : public mx::io::Reader {
     while (w >= lens_[j]) {
       w -= lens_[j++];
     }
+    struct piece {
+      char* dst;
+      uint64_t off, len;
+    };
+    std::vector<piece> run;
+    std::vector<char> scratch;
+    auto flush = [&] {
+      if (run.size() == 1) {
+        pread_all(*file_, run[0].dst, run[0].len, run[0].off);
+      } else if (!run.empty()) {
+        uint64_t first = run.front().off;
+        scratch.resize(run.back().off + run.back().len - first);
+        pread_all(*file_, scratch.data(), scratch.size(), first);
+        for (const auto& p : run) {
+          std::memcpy(p.dst, scratch.data() + (p.off - first), p.len);
+        }
+      }
+      run.clear();
+    };
     while (n > 0) {
       uint64_t take = std::min<uint64_t>(n, lens_[j] - w);
-      pread_all(*file_, data, take, offset_ + b * stride_ + starts_[j] + w);
+      uint64_t off = offset_ + b * stride_ + starts_[j] + w;
+      if (!run.empty()) {
+        uint64_t end = run.back().off + run.back().len;
+        if (off < end || off - end >= kPage || off + take - run.front().off > kWindow) {
+          flush();
+        }
+      }
+      run.push_back({data, off, take});
       data += take;
       n -= take;
       w = 0;
@@ -141,6 +176,7 @@ class part_reader : public mx::io::Reader {
         ++b;
       }
     }
+    flush();
   }
 
   std::string label() const override { return "part of file " + file_->path; }

@@ -343,6 +343,12 @@ int spx_array_nbytes(size_t* out, spx_array a) {
   SPX_CATCH
 }
 
+int spx_array_evaluated(bool* out, spx_array a) {
+  SPX_TRY
+  *out = arr(a).status() != mx::array::Status::unscheduled;
+  SPX_CATCH
+}
+
 int spx_array_read(void* dst, size_t nbytes, spx_array a) {
   SPX_TRY
   // Flags are only meaningful once evaluated: evaluate, then copy into a

@@ -170,6 +170,8 @@ int spx_array_shape(int* out, int cap, spx_array a);
 int spx_array_dtype(int* out, spx_array a);
 int spx_array_size(size_t* out, spx_array a);
 int spx_array_nbytes(size_t* out, spx_array a);
+/* Whether an evaluation has reached a (its value is computed or scheduled). */
+int spx_array_evaluated(bool* out, spx_array a);
 /* Evaluates a, makes it row-contiguous and copies exactly nbytes (which must
  * equal its byte size) into dst. */
 int spx_array_read(void* dst, size_t nbytes, spx_array a);
