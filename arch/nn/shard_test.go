@@ -27,7 +27,7 @@ func TestRowsAndColsReproduceTheFullProduct(t *testing.T) {
 		} {
 			full := c.l.Forward(x)
 
-			rows, err := c.l.Rows(nn.Span{Start: 2, Stop: 5}, nn.Span{Start: 10, Stop: 16})
+			rows, err := c.l.Rows(nil, nn.Span{Start: 2, Stop: 5}, nn.Span{Start: 10, Stop: 16})
 			t.NoErr(err)
 			want := mlx.Concatenate(-1, mlx.SliceAxis(full, -1, 2, 5), mlx.SliceAxis(full, -1, 10, 16))
 			if d := maxAbsDiff(t, rows.Forward(x), want); d > 1e-5 {
@@ -36,7 +36,7 @@ func TestRowsAndColsReproduceTheFullProduct(t *testing.T) {
 
 			var sum *mlx.Array
 			for i, s := range []nn.Span{{Start: 0, Stop: 32}, {Start: 32, Stop: 96}, {Start: 96, Stop: 128}} {
-				part, err := c.l.Cols(s, i == 0)
+				part, err := c.l.Cols(nil, s, i == 0)
 				t.NoErr(err)
 				y := part.Forward(mlx.SliceAxis(x, -1, s.Start, s.Stop))
 				if sum == nil {
@@ -51,7 +51,7 @@ func TestRowsAndColsReproduceTheFullProduct(t *testing.T) {
 		}
 
 		// A quantized cut inside a group is refused, naming the groups.
-		if _, err := q4.Cols(nn.Span{Start: 0, Stop: 48}, false); err == nil || !strings.Contains(err.Error(), "groups of 32") {
+		if _, err := q4.Cols(nil, nn.Span{Start: 0, Stop: 48}, false); err == nil || !strings.Contains(err.Error(), "groups of 32") {
 			t.Errorf("Cols across a group: %v, want an error naming the groups of 32", err)
 		}
 	})

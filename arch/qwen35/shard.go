@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
 )
@@ -24,8 +25,11 @@ import (
 //   - MLP: gate and up cut by rows, down by input.
 //
 // Shard decides the cut before LoadWeights, which binds and checks the
-// whole checkpoint's shapes and keeps only this rank's slices (gathered
-// into arrays of their own, so the whole tensors go once read).
+// whole checkpoint's shapes and keeps only this rank's slices. A tensor the
+// rank cuts is never read whole: when it is a checkpoint's lazy array
+// (loader.Checkpoint.Arrays), the binder reads only the rank's rows or
+// columns from the file (loader.PartOf); arrays made otherwise (tests) are
+// cut with ops.
 
 var _ model.TensorParallel = (*Model)(nil)
 
@@ -47,18 +51,38 @@ type shard struct {
 // LoadWeights. A group of one leaves the model whole. The error names the
 // config.json field that the rank count does not divide.
 func (m *Model) Shard(g *mlx.Group) error {
+	if g == nil {
+		return m.PlanShard(0, 1)
+	}
+	if err := m.PlanShard(g.Rank(), g.Size()); err != nil {
+		return err
+	}
+	if m.shard != nil {
+		m.shard.group = g
+	}
+	return nil
+}
+
+// PlanShard cuts the model as rank of ranks, as Shard does, but without a
+// group: LoadWeights keeps that rank's part of the weights, and Forward
+// returns the rank's partial sums, added up by no one. It is for checking
+// a cut and a rank's weights without starting the ranks (tests, tools);
+// generation wants Shard. ranks = 1 leaves the model whole.
+func (m *Model) PlanShard(rank, ranks int) error {
 	if m.w != nil {
 		return fmt.Errorf("qwen35: Shard after LoadWeights: shard the model before loading its weights")
 	}
-	if g == nil || g.Size() == 1 {
+	if ranks == 1 {
 		m.shard, m.local = nil, m.cfg
 		return nil
 	}
-	s, local, err := planShard(m.cfg, g.Rank(), g.Size())
+	if rank < 0 || rank >= ranks {
+		return fmt.Errorf("qwen35: rank %d of %d ranks: want 0 … %d", rank, ranks, ranks-1)
+	}
+	s, local, err := planShard(m.cfg, rank, ranks)
 	if err != nil {
 		return err
 	}
-	s.group = g
 	m.shard, m.local = s, local
 	return nil
 }
@@ -122,9 +146,9 @@ func planShard(cfg *Config, rank, ranks int) (*shard, *Config, error) {
 }
 
 // reduce adds up the ranks' partial sums x of a block's output (identity
-// when the model is whole).
+// when the model is whole, or cut by PlanShard alone).
 func (m *Model) reduce(x *mlx.Array) *mlx.Array {
-	if m.shard == nil {
+	if m.shard == nil || m.shard.group == nil {
 		return x
 	}
 	return mlx.AllSum(x, m.shard.group)
@@ -156,26 +180,27 @@ func (b *Binder) Share(n int) nn.Span {
 	return nn.Span{Start: rank * n / ranks, Stop: (rank + 1) * n / ranks}
 }
 
-// Rows keeps the output rows of spans of l (the whole layer when the model
-// is not sharded), recording a failure.
+// Rows keeps the output rows of spans of l, bound at module path (the
+// whole layer when the model is not sharded), recording a failure.
 func (b *Binder) Rows(l *nn.Linear, path string, spans ...nn.Span) *nn.Linear {
 	if l == nil || b.shard == nil {
 		return l
 	}
-	out, err := l.Rows(spans...)
+	out, err := l.Rows(b.layerCut(l, path), spans...)
 	if err != nil {
 		b.Mismatch("%s: %v", path, err)
 	}
 	return out
 }
 
-// Cols keeps the input columns s of l (the whole layer when the model is
-// not sharded); rank 0 keeps the bias, which the all_sum then adds once.
+// Cols keeps the input columns s of l, bound at module path (the whole
+// layer when the model is not sharded); rank 0 keeps the bias, which the
+// all_sum then adds once.
 func (b *Binder) Cols(l *nn.Linear, path string, s nn.Span) *nn.Linear {
 	if l == nil || b.shard == nil {
 		return l
 	}
-	out, err := l.Cols(s, b.shard.rank == 0)
+	out, err := l.Cols(b.layerCut(l, path), s, b.shard.rank == 0)
 	if err != nil {
 		b.Mismatch("%s: %v: %d ranks cannot cut it (use fewer ranks, or an unquantized checkpoint)", path, err, b.shard.ranks)
 		return nil
@@ -183,11 +208,39 @@ func (b *Binder) Cols(l *nn.Linear, path string, s nn.Span) *nn.Linear {
 	return out
 }
 
-// cut keeps the entries of spans along axis of a (a itself when the model
-// is not sharded).
-func (b *Binder) cut(a *mlx.Array, axis int, spans ...nn.Span) *mlx.Array {
+// layerCut cuts the arrays of l, a layer bound at module path (Linear,
+// bias): each is its stored tensor (path.weight, .scales, .biases, .bias)
+// as read, or cast, so its part is read from the stored tensor (Part).
+func (b *Binder) layerCut(l *nn.Linear, path string) nn.Cutter {
+	names := map[*mlx.Array]string{}
+	for _, a := range []struct {
+		a    *mlx.Array
+		name string
+	}{{l.Weight, nn.WeightSuffix}, {l.Scales, nn.ScalesSuffix}, {l.Biases, nn.BiasesSuffix}, {l.Bias, ".bias"}} {
+		if a.a != nil {
+			names[a.a] = path + a.name
+		}
+	}
+	return func(a *mlx.Array, axis int, spans ...nn.Span) *mlx.Array {
+		return b.Part(names[a], a, axis, spans...)
+	}
+}
+
+// Part keeps the entries at spans along axis of a, which is the stored
+// tensor name as read or cast (a itself when the model is not sharded).
+// When that tensor is a checkpoint's lazy array, only those entries are
+// read from the file, then cast like a; otherwise a is cut with ops.
+func (b *Binder) Part(name string, a *mlx.Array, axis int, spans ...nn.Span) *mlx.Array {
 	if a == nil || b.shard == nil {
 		return a
 	}
-	return nn.Cut(a, axis, spans...)
+	p, ok, err := loader.PartOf(b.tensors[name], axis, spans...)
+	switch {
+	case !ok:
+		return nn.Cut(a, axis, spans...)
+	case err != nil:
+		b.Mismatch("%s: reading this rank's part: %v", name, err)
+		return nn.Cut(a, axis, spans...)
+	}
+	return cast(p, a.DType())
 }

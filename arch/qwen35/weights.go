@@ -283,7 +283,7 @@ func (b *Binder) float32(name, why string, shape []int, spans ...nn.Span) *mlx.A
 		return nil
 	}
 	if len(spans) > 0 {
-		a = b.cut(a, 0, spans...)
+		a = b.Part(name, a, 0, spans...)
 	}
 	return b.Keep(cast(a, mlx.Float32))
 }
@@ -311,10 +311,15 @@ func (b *Binder) conv(name string, channels, kernel int, spans ...nn.Span) *mlx.
 	if a == nil {
 		return nil
 	}
-	a = mlx.Reshape(a, channels, kernel)
 	if len(spans) > 0 {
-		a = b.cut(a, 0, spans...)
+		// The channels are the stored tensor's rows in each layout.
+		a = b.Part(name, a, 0, spans...)
+		channels = 0
+		for _, s := range spans {
+			channels += s.Len()
+		}
 	}
+	a = mlx.Reshape(a, channels, kernel)
 	a = mlx.Transpose(a, 1, 0)
 	return b.Keep(mlx.Contiguous(cast(a, b.dtype)))
 }

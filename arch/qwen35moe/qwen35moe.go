@@ -103,18 +103,35 @@ func (m *Model) Config() *Config { return m.cfg }
 // intermediate dimension (bindMLP). Both widths must divide by the rank
 // count; the error names the config.json field.
 func (m *Model) Shard(g *mlx.Group) error {
-	if g != nil && g.Size() > 1 {
-		n := g.Size()
-		for _, f := range []struct {
-			field string
-			v     int
-		}{{"moe_intermediate_size", m.cfg.ExpertSize}, {"shared_expert_intermediate_size", m.cfg.SharedSize}} {
-			if f.v%n != 0 {
-				return fmt.Errorf("qwen35moe: config.json %s = %d is not divisible by %d ranks: tensor parallelism gives every rank an equal share of each expert; launch a number of ranks that divides it", f.field, f.v, n)
-			}
+	if g != nil {
+		if err := checkShard(m.cfg, g.Size()); err != nil {
+			return err
 		}
 	}
 	return m.Model.Shard(g)
+}
+
+// PlanShard cuts the model as rank of ranks without a group, as
+// qwen35.Model.PlanShard does, after the checks of Shard.
+func (m *Model) PlanShard(rank, ranks int) error {
+	if err := checkShard(m.cfg, ranks); err != nil {
+		return err
+	}
+	return m.Model.PlanShard(rank, ranks)
+}
+
+// checkShard refuses a rank count that does not divide the experts' or the
+// shared expert's intermediate width, naming the config.json field.
+func checkShard(cfg *Config, ranks int) error {
+	for _, f := range []struct {
+		field string
+		v     int
+	}{{"moe_intermediate_size", cfg.ExpertSize}, {"shared_expert_intermediate_size", cfg.SharedSize}} {
+		if ranks > 0 && f.v%ranks != 0 {
+			return fmt.Errorf("qwen35moe: config.json %s = %d is not divisible by %d ranks: tensor parallelism gives every rank an equal share of each expert; launch a number of ranks that divides it", f.field, f.v, ranks)
+		}
+	}
+	return nil
 }
 
 // errNoExport is ExportMLX's answer: writing the MoE layout (switch_mlp,

@@ -2,6 +2,7 @@ package qwen35moe
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/arch/qwen35"
@@ -73,17 +74,20 @@ func bindExperts(b *qwen35.Binder, cfg *Config, p string) (gateUp, down *nn.Line
 		expertWhy = "one expert: moe_intermediate_size × hidden_size"
 		eDownWhy  = "one expert: hidden_size × moe_intermediate_size"
 	)
-	// dense keeps the stacked gate | up rows [E, 2·Ie, H] or down [E, H, Ie]
-	// of this rank.
-	dense := func(a *mlx.Array, name string, isDown bool) *nn.Linear {
+	// dense keeps the rows of this rank's spans of the stacked expert weight
+	// name (gate | up rows [E, 2·Ie, H] along axis 1, down [E, H, Ie]
+	// along axis 2), read as parts when sharded.
+	dense := func(name string, shape []int, why string, axis int, spans ...nn.Span) *nn.Linear {
+		a := b.Tensor(name, why, shape)
 		if a == nil {
 			return nil
 		}
-		l := nn.Dense(mlx.AsType(a, b.DType()), nil)
-		if isDown {
-			return b.KeepLinear(b.Cols(l, name, rows))
-		}
-		return b.KeepLinear(b.Rows(l, name, rows, rows.Shift(ie)))
+		return b.KeepLinear(nn.Dense(mlx.AsType(b.Part(name, a, axis, spans...), b.DType()), nil))
+	}
+	// stacked keeps a layer's per-expert weights stacked, each already cut
+	// to this rank's rows when sharded: no expert's whole weight is read.
+	stacked := func(a *mlx.Array) *nn.Linear {
+		return b.KeepLinear(nn.Dense(mlx.AsType(a, b.DType()), nil))
 	}
 	switch {
 	case b.Has(p + "switch_mlp.gate_proj.weight"):
@@ -95,20 +99,21 @@ func bindExperts(b *qwen35.Binder, cfg *Config, p string) (gateUp, down *nn.Line
 		var gates, ups, downs []*mlx.Array
 		for e := range E {
 			q := fmt.Sprintf("%sexperts.%d.", p, e)
-			gates = append(gates, b.Tensor(q+"gate_proj.weight", expertWhy, []int{ie, H}))
-			ups = append(ups, b.Tensor(q+"up_proj.weight", expertWhy, []int{ie, H}))
-			downs = append(downs, b.Tensor(q+"down_proj.weight", eDownWhy, []int{H, ie}))
+			// This rank's rows of one expert's weight: [rows, H] or [H, rows].
+			expert := func(name, why string, shape []int, axis int) *mlx.Array {
+				return b.Part(q+name, b.Tensor(q+name, why, shape), axis, rows)
+			}
+			gates = append(gates, expert("gate_proj.weight", expertWhy, []int{ie, H}, 0))
+			ups = append(ups, expert("up_proj.weight", expertWhy, []int{ie, H}, 0))
+			downs = append(downs, expert("down_proj.weight", eDownWhy, []int{H, ie}, 1))
 		}
 		for _, parts := range [][]*mlx.Array{gates, ups, downs} {
-			for _, a := range parts {
-				if a == nil {
-					return nil, nil
-				}
+			if slices.Contains(parts, nil) {
+				return nil, nil
 			}
 		}
-		return dense(mlx.Concatenate(1, mlx.Stack(0, gates...), mlx.Stack(0, ups...)), p+"experts.*.{gate,up}_proj", false),
-			dense(mlx.Stack(0, downs...), p+"experts.*.down_proj", true)
+		return stacked(mlx.Concatenate(1, mlx.Stack(0, gates...), mlx.Stack(0, ups...))), stacked(mlx.Stack(0, downs...))
 	}
-	return dense(b.Tensor(p+"experts.gate_up_proj", gateUpWhy, []int{E, 2 * ie, H}), p+"experts.gate_up_proj", false),
-		dense(b.Tensor(p+"experts.down_proj", downWhy, []int{E, H, ie}), p+"experts.down_proj", true)
+	return dense(p+"experts.gate_up_proj", []int{E, 2 * ie, H}, gateUpWhy, 1, rows, rows.Shift(ie)),
+		dense(p+"experts.down_proj", []int{E, H, ie}, downWhy, 2, rows)
 }
