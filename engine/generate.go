@@ -430,6 +430,14 @@ func stopAt(text string, stops []string) (int, bool) {
 	return best, best >= 0
 }
 
+// Greedy reports whether req decodes greedily (temperature 0 once merged
+// over the manifest's sampling defaults): then speculative output must equal
+// plain output token for token.
+func (e *Engine) Greedy(req Request) bool {
+	o, _ := e.sampling(req)
+	return o.Temperature == 0
+}
+
 // sampling merges the request over the manifest's defaults. The budget it
 // returns may be MaxTokensUntilDone; see budget.
 func (e *Engine) sampling(req Request) (sample.Options, int) {

@@ -221,16 +221,18 @@ func TestScaledDotProductAttention(t *testing.T) {
 }
 
 // The composed attention (matmuls and a softmax: what a GPU runs for a
-// verification's or a draft's block of 4-32 half-precision queries instead of
-// cuDNN) against the float64 reference, for blocks of 4 and 8 queries, with
-// and without grouped-query heads, in every mask mode, and in bfloat16 against
-// the reference on the bfloat16-rounded inputs.
+// verification's or a draft's block of 2-32 half-precision queries instead of
+// cuDNN) against the float64 reference, for blocks of 2, 4, 5 and 8 queries,
+// with and without grouped-query heads, in every mask mode, and in bfloat16
+// against the reference on the bfloat16-rounded inputs to within the output's
+// own rounding (scores and sums in float32, as MLX's one-query kernel keeps
+// them: rounding the scores to bfloat16 first was off by up to 1e-2).
 func TestScaledDotProductAttentionComposed(t *testing.T) {
 	const Lk, D = 37, 16
 	scale := 1 / math.Sqrt(D)
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		r := newRand(t)
-		for _, shape := range []struct{ Hq, Hkv, Lq int }{{6, 2, 8}, {4, 4, 4}, {4, 1, 5}} {
+		for _, shape := range []struct{ Hq, Hkv, Lq int }{{6, 2, 8}, {4, 4, 4}, {4, 1, 5}, {4, 2, 2}} {
 			Hq, Hkv, Lq := shape.Hq, shape.Hkv, shape.Lq
 			q := randTensor(r, 1, Hq, Lq, D).roundF32()
 			k := randTensor(r, 1, Hkv, Lk, D).roundF32()
@@ -264,7 +266,7 @@ func TestScaledDotProductAttentionComposed(t *testing.T) {
 			// bfloat16 inputs: within bfloat16's rounding of the reference.
 			qb, kb, vb := mlx.AsType(q.mlx(), mlx.BFloat16), mlx.AsType(k.mlx(), mlx.BFloat16), mlx.AsType(v.mlx(), mlx.BFloat16)
 			out := mlx.AsType(mlx.SDPAComposed(qb, kb, vb, float32(scale), mlx.AttentionMask{Causal: true}), mlx.Float32)
-			check(t, name+" bfloat16 causal", out, sdpaRef(q.roundBF16(), k.roundBF16(), v.roundBF16(), scale, causal), 3e-2, 3e-2)
+			check(t, name+" bfloat16 causal", out, sdpaRef(q.roundBF16(), k.roundBF16(), v.roundBF16(), scale, causal), 4e-3, 1e-4)
 		}
 	})
 }

@@ -827,10 +827,10 @@ type AttentionMask struct {
 // ScaledDotProductAttention computes softmax(q·kᵀ·scale + mask)·v for
 // q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D] (grouped-query when Hq > Hkv).
 //
-// On a GPU, a half-precision block of 4 to 32 queries is computed as matmuls
-// and a softmax rather than by MLX's cuDNN kernel, whose plan MLX rebuilds for
-// every new key length (spx_sdpa in shim.cpp says why; SPECULA_CUDNN_BLOCKS=1
-// keeps MLX's choice).
+// On a GPU, a half-precision block of 2 to 32 queries is computed as float32
+// matmuls and a softmax rather than by MLX's cuDNN kernel, whose plan MLX
+// rebuilds for every new key length (spx_sdpa in shim.cpp says why;
+// SPECULA_CUDNN_BLOCKS=1 keeps MLX's choice).
 func ScaledDotProductAttention(q, k, v *Array, scale float32, mask AttentionMask) *Array {
 	return sdpa(q, k, v, scale, mask, false)
 }

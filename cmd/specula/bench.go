@@ -129,6 +129,8 @@ func runBench(e *env, args []string) int {
 		zero := float32(0)
 		b.base.Temperature = &zero
 	}
+	// Greedy speculative output must be plain output: the bench checks it.
+	greedy := eng.Greedy(b.base)
 	res := benchResult{Manifest: g.manifest, Prompts: len(prompts), Repeats: *repeats, MaxTokens: g.maxTokens.v, Date: time.Now().UTC().Format(time.RFC3339)}
 	plain := benchMode{name: "plain", set: func(r *engine.Request, _ int) { r.NoDraft = true }}
 	if eng.HasDraft() && !g.noDraft {
@@ -147,9 +149,15 @@ func runBench(e *env, args []string) int {
 		res.Plain, res.Speculative = plain.result(), new(modeResult)
 		*res.Speculative = spec.result()
 		res.Speculative.speedupOver(&plain, &spec)
+		if greedy {
+			res.Speculative.compareOutputs(&plain, &spec, len(prompts))
+		}
 		for _, m := range modes[2:] {
 			r := m.result()
 			r.speedupOver(&plain, m)
+			if greedy {
+				r.compareOutputs(&plain, m, len(prompts))
+			}
 			res.Sweep = append(res.Sweep, r)
 		}
 	} else {
@@ -170,6 +178,7 @@ func runBench(e *env, args []string) int {
 			m := o.result()
 			m.Depth = d
 			m.speedupOver(&plain, &o)
+			m.compareOutputs(&plain, &o, len(prompts))
 			// All d drafts are accepted: each round commits d+1 tokens.
 			m.IdealSpeedup = ratio(float64(d+1)*res.Plain.RoundMS.Median, m.RoundMS.Median)
 			res.Oracle = append(res.Oracle, m)
@@ -340,6 +349,43 @@ type modeResult struct {
 	// HostDevice splits the mode's rounds between host and device (with
 	// --split).
 	HostDevice *hostDeviceSplit `json:"host_device,omitempty"`
+	// MatchesPlain compares each greedy run's output with the plain run of
+	// the same prompt and repeat (drafting modes of a greedy bench only).
+	MatchesPlain *outputCheck `json:"matches_plain,omitempty"`
+}
+
+// outputCheck is how many of a drafting mode's greedy runs gave plain
+// decoding's output, and where the first that did not left it.
+type outputCheck struct {
+	Runs      int `json:"runs"`
+	Differing int `json:"differing"`
+	// FirstPrompt and FirstToken locate the first differing run: its
+	// prompt (1-based, in the prompt set's order) and the index of the
+	// first generated token that differs.
+	FirstPrompt int `json:"first_prompt,omitempty"`
+	FirstToken  int `json:"first_token,omitempty"`
+}
+
+// compareOutputs sets r.MatchesPlain from m's and plain's paired runs (run
+// k of each is the same prompt and repeat; prompts prompts per repeat).
+func (r *modeResult) compareOutputs(plain, m *benchMode, prompts int) {
+	c := &outputCheck{}
+	for k := range min(len(plain.outputs), len(m.outputs)) {
+		c.Runs++
+		want, got := plain.outputs[k], m.outputs[k]
+		if slices.Equal(want, got) {
+			continue
+		}
+		if c.Differing == 0 {
+			at := 0
+			for at < min(len(want), len(got)) && want[at] == got[at] {
+				at++
+			}
+			c.FirstPrompt, c.FirstToken = k%prompts+1, at
+		}
+		c.Differing++
+	}
+	r.MatchesPlain = c
 }
 
 // hostDeviceSplit is the mean round (a plain step, or a drafting round) of a
@@ -663,6 +709,32 @@ func printBench(w io.Writer, r *benchResult) {
 	}
 	printLoopSplit(w, r)
 	printHostDevice(w, rows)
+	printOutputChecks(w, rows)
+}
+
+// printOutputChecks says which drafting modes' greedy outputs left plain
+// decoding's, or that none did.
+func printOutputChecks(w io.Writer, rows []modeResult) {
+	checked, differing := 0, 0
+	for _, m := range rows {
+		c := m.MatchesPlain
+		if c == nil {
+			continue
+		}
+		checked += c.Runs
+		if c.Differing > 0 {
+			differing++
+			fmt.Fprintf(w, "\n%s: the output DIFFERS from plain decoding on %d of %d runs (first: prompt %d, generated token %d).", m.Mode, c.Differing, c.Runs, c.FirstPrompt, c.FirstToken+1)
+		}
+	}
+	switch {
+	case differing > 0:
+		fmt.Fprintln(w, "\nGreedy speculative output must equal plain output. In float32 that is a bug: please report it. In bfloat16\n"+
+			"on a GPU, a verification of several rows and a one-row decoding step round differently, which can\n"+
+			"reorder two nearly tied tokens (docs/PERFORMANCE.md, \"Exactness in bfloat16\"); run in float32 for exact output.")
+	case checked > 0:
+		fmt.Fprintf(w, "\ngreedy outputs: every drafting run equals plain decoding (%d runs)\n", checked)
+	}
 }
 
 // printHostDevice prints the --split table: each mode's mean round between

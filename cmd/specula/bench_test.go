@@ -71,6 +71,7 @@ func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 				High        float64 `json:"ci95_high"`
 				WithinNoise *bool   `json:"within_noise"`
 			} `json:"speedup"`
+			MatchesPlain *outputCheck `json:"matches_plain"`
 		} `json:"speculative"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
@@ -81,6 +82,52 @@ func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 		sp.Median != out.Speculative.Speedup || sp.Low > sp.Median || sp.High < sp.Median || sp.WithinNoise == nil ||
 		*sp.WithinNoise != (sp.Low <= 1 && sp.High >= 1) {
 		t.Fatalf("bench result %+v", out)
+	}
+	// Greedy (the fixture's default): every speculative run was checked
+	// against its plain pair, and on the CPU in float32 all are equal.
+	if c := out.Speculative.MatchesPlain; c == nil || *c != (outputCheck{Runs: 10}) {
+		t.Fatalf("matches_plain %+v, want 10 runs, none differing", c)
+	}
+	// Sampled runs may leave plain decoding's output (the draft consumes
+	// the random stream differently), so they are not checked.
+	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--temperature", "0.8", "--json", "--quiet")
+	if code != 0 {
+		t.Fatalf("sampled: exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stdout, "matches_plain") {
+		t.Fatalf("a sampled bench reports matches_plain: %s", stdout)
+	}
+}
+
+// compareOutputs pairs run k of a drafting mode with plain's run k and
+// locates the first difference (prompt of its run, first differing token).
+func TestCompareOutputsLocatesTheFirstDifference(t *testing.T) {
+	plain := &benchMode{outputs: [][]int32{{1, 2, 3}, {4, 5, 6}, {7, 8}, {1, 2, 3}, {4, 5, 6}, {7, 8}}}
+	cases := []struct {
+		name    string
+		outputs [][]int32
+		want    outputCheck
+	}{
+		{"equal", [][]int32{{1, 2, 3}, {4, 5, 6}, {7, 8}, {1, 2, 3}, {4, 5, 6}, {7, 8}}, outputCheck{Runs: 6}},
+		// Run 4 is prompt 2 of the second repeat; its third token differs.
+		{"one token", [][]int32{{1, 2, 3}, {4, 5, 6}, {7, 8}, {1, 2, 3}, {4, 5, 9}, {7, 8}}, outputCheck{Runs: 6, Differing: 1, FirstPrompt: 2, FirstToken: 2}},
+		// A run that stops early differs where it ends; the first of two
+		// differing runs is reported.
+		{"shorter, then another", [][]int32{{1, 2, 3}, {4, 5, 6}, {7}, {0, 2, 3}, {4, 5, 6}, {7, 8}}, outputCheck{Runs: 6, Differing: 2, FirstPrompt: 3, FirstToken: 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var r modeResult
+			r.compareOutputs(plain, &benchMode{outputs: c.outputs}, 3)
+			if r.MatchesPlain == nil || *r.MatchesPlain != c.want {
+				t.Fatalf("got %+v, want %+v", r.MatchesPlain, c.want)
+			}
+			var b strings.Builder
+			printOutputChecks(&b, []modeResult{{Mode: "speculative", MatchesPlain: r.MatchesPlain}})
+			if differs := strings.Contains(b.String(), "DIFFERS"); differs != (c.want.Differing > 0) {
+				t.Fatalf("printed %q", b.String())
+			}
+		})
 	}
 }
 

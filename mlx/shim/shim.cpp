@@ -769,7 +769,11 @@ namespace {
 // Attention as two matmuls and a softmax: q [B, Hq, Lq, D] against k, v
 // [B, Hkv, Lk, D] (Hq a multiple of Hkv), with an end-aligned causal mask or
 // an array mask (boolean: true keeps; else additive) broadcastable to
-// [B, Hq, Lq, Lk]. The softmax runs in float32 whatever q's type.
+// [B, Hq, Lq, Lk]. Scores, softmax and the weighted sum are float32 whatever
+// q's type, the result cast back to it: so a half-precision block gets what
+// MLX's one-query vector kernel gives each decoding step (it keeps scores and
+// sums in float32 and rounds once, at the end), and a verification's rows
+// round like the decode steps they stand for.
 mx::array sdpa_composed(const mx::array& q, const mx::array& k,
                         const mx::array& v, float scale, bool causal,
                         const std::optional<mx::array>& mask, mx::Stream s) {
@@ -779,8 +783,8 @@ mx::array sdpa_composed(const mx::array& q, const mx::array& k,
   }
   int kv_heads = k.shape(1), group = q.shape(1) / kv_heads;
   int lq = q.shape(2), lk = k.shape(2);
-  mx::array qs = mx::multiply(mx::array(scale, q.dtype()), q, s);
-  mx::array kk = k, vv = v;
+  mx::array qs = mx::multiply(mx::array(scale, mx::float32), mx::astype(q, mx::float32, s), s);
+  mx::array kk = mx::astype(k, mx::float32, s), vv = mx::astype(v, mx::float32, s);
   if (group > 1) {  // one matmul per key head over its group of query heads
     qs = mx::unflatten(qs, 1, {kv_heads, group}, s);
     kk = mx::expand_dims(k, 2, s);
@@ -805,16 +809,17 @@ mx::array sdpa_composed(const mx::array& q, const mx::array& k,
     scores = mx::add(scores, mx::astype(*keep, scores.dtype(), s), s);
   }
   mx::array o = mx::matmul(mx::softmax(scores, std::vector<int>{-1}, true, s), vv, s);
+  o = mx::astype(o, q.dtype(), s);
   return group > 1 ? mx::flatten(o, 1, 2, s) : o;
 }
 
-// A GPU query block of 4-32 rows in half precision (a verification, a draft
+// A GPU query block of 2-32 rows in half precision (a verification, a draft
 // block) goes through sdpa_composed: MLX would run it on cuDNN, whose
 // execution plan is cached per exact key length, so a block attending to a
 // history that grows every round built a new plan every round (about 40 ms
-// on an H200, 20 times a go-tiny decode step). Shorter blocks take MLX's
-// vector kernel and longer ones (prefill) keep cuDNN. SPECULA_CUDNN_BLOCKS=1
-// leaves every call to MLX.
+// on an H200, 20 times a go-tiny decode step; MLX 0.32's vector kernel takes
+// single queries only). Single queries keep MLX's vector kernel and longer
+// blocks (prefill) cuDNN. SPECULA_CUDNN_BLOCKS=1 leaves every call to MLX.
 bool compose_on_gpu(const mx::array& q, const mx::array& k, bool has_sinks,
                     const mx::Stream& s) {
   static const bool keep_mlx = [] {
@@ -826,7 +831,7 @@ bool compose_on_gpu(const mx::array& q, const mx::array& k, bool has_sinks,
   }
   int lq = q.shape(2);
   bool half = q.dtype() == mx::bfloat16 || q.dtype() == mx::float16;
-  return half && lq >= 4 && lq <= 32 && lq <= k.shape(2);
+  return half && lq >= 2 && lq <= 32 && lq <= k.shape(2);
 }
 
 }  // namespace
