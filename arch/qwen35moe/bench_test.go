@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/specula-dev/specula/arch/qwen35/qwen35test"
@@ -18,7 +20,7 @@ import (
 // delta-net 16/32 heads of 128, top 8 experts of width 512, a shared
 // expert of 512) with 4 layers (3 delta-net, 1 attention), 32 of the 256
 // experts and the vocabulary cut to 32768, so the float32 checkpoint
-// (1.9 GB) fits a CPU machine: a token reads the same expert shapes as in
+// (2.7 GB) fits a CPU machine: a token reads the same expert shapes as in
 // the release, from a smaller pool.
 func benchShape(dtype synth.DType) synth.Qwen35 {
 	q, err := synth.Qwen35Shape("35B-A3B", 4)
@@ -98,4 +100,110 @@ func BenchmarkMoEVerify8(b *testing.B) {
 	m := benchModel(b)
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
 	qwen35test.BenchVerify(b, m, 128, 8)
+}
+
+// BenchmarkShardedLoad measures what one rank of a tensor-parallel load
+// reads and holds (the benchmark model's float32 checkpoint, 2.7 GB): the
+// bytes its read calls returned (rchar of /proc/self/io, Linux), the bytes
+// of the weights it keeps, and MLX's peak memory, from opening the
+// checkpoint to its weights evaluated. "cut whole" is a rank that reads
+// every tensor whole and cuts it with ops (the arrays of MLX's loader
+// called directly, which loader.PartOf does not know), for comparison.
+func BenchmarkShardedLoad(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "target")
+	if err := benchShape(synth.Float32).Write(dir); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name        string
+		rank, ranks int
+		whole       bool
+	}{
+		{"1 rank", 0, 1, false},
+		{"rank 0 of 2", 0, 2, false},
+		{"rank 0 of 2, cut whole", 0, 2, true},
+		{"rank 0 of 4", 0, 4, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var read, kept, peak int64
+			for range b.N {
+				err := mlx.Do(context.Background(), func() error {
+					r, k, p, err := shardedLoad(dir, c.rank, c.ranks, c.whole)
+					read, kept, peak = r, k, p
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			if read >= 0 {
+				b.ReportMetric(float64(read)/1e6, "read-MB/op")
+			}
+			b.ReportMetric(float64(kept)/1e6, "kept-MB/op")
+			b.ReportMetric(float64(peak)/1e6, "peak-MB/op")
+		})
+	}
+}
+
+// shardedLoad loads the checkpoint at dir as rank of ranks and returns the
+// bytes read (-1 where /proc/self/io is missing), kept and MLX's peak.
+func shardedLoad(dir string, rank, ranks int, whole bool) (read, kept, peak int64, err error) {
+	ck, err := loader.OpenCheckpoint(dir)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer ck.Close()
+	v, _, err := registry.Default.Build("Qwen3_5MoeForCausalLM", registry.Config{Dir: dir, JSON: ck.Config.Raw, DType: mlx.Float32})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	m := v.(*qwen35moe.Model)
+	defer m.Free()
+	if err := m.PlanShard(rank, ranks); err != nil {
+		return 0, 0, 0, err
+	}
+	mlx.ClearCache()
+	mlx.ResetPeakMemory()
+	before := readBytes()
+	var tensors map[string]*mlx.Array
+	if whole {
+		tensors, err = mlx.LoadSafetensors(filepath.Join(dir, loader.SingleFileName))
+	} else {
+		tensors, err = ck.Arrays()
+	}
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if err := m.LoadWeights(tensors); err != nil {
+		return 0, 0, 0, err
+	}
+	for _, a := range m.Weights() {
+		kept += a.NBytes()
+	}
+	if err := mlx.Eval(m.Weights()...); err != nil {
+		return 0, 0, 0, err
+	}
+	read = -1
+	if before >= 0 {
+		read = readBytes() - before
+	}
+	return read, kept, mlx.PeakMemory(), nil
+}
+
+// readBytes is the bytes this process's read calls have returned (rchar of
+// /proc/self/io), or -1 where that file is missing.
+func readBytes() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
