@@ -109,10 +109,15 @@ func BenchmarkMoEVerify8(b *testing.B) {
 // checkpoint to its weights evaluated. "cut whole" is a rank that reads
 // every tensor whole and cuts it with ops (the arrays of MLX's loader
 // called directly, which loader.PartOf does not know), for comparison.
+// SPECULA_BENCH_CHECKPOINT names another checkpoint folder to measure (one
+// model.safetensors; a dense or MoE Qwen3.5, loaded in float32).
 func BenchmarkShardedLoad(b *testing.B) {
-	dir := filepath.Join(b.TempDir(), "target")
-	if err := benchShape(synth.Float32).Write(dir); err != nil {
-		b.Fatal(err)
+	dir := os.Getenv("SPECULA_BENCH_CHECKPOINT")
+	if dir == "" {
+		dir = filepath.Join(b.TempDir(), "target")
+		if err := benchShape(synth.Float32).Write(dir); err != nil {
+			b.Fatal(err)
+		}
 	}
 	for _, c := range []struct {
 		name        string
@@ -153,11 +158,16 @@ func shardedLoad(dir string, rank, ranks int, whole bool) (read, kept, peak int6
 		return 0, 0, 0, err
 	}
 	defer ck.Close()
-	v, _, err := registry.Default.Build("Qwen3_5MoeForCausalLM", registry.Config{Dir: dir, JSON: ck.Config.Raw, DType: mlx.Float32})
+	v, _, err := registry.Default.Build(ck.Config.Architecture, registry.Config{Dir: dir, JSON: ck.Config.Raw, DType: mlx.Float32})
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	m := v.(*qwen35moe.Model)
+	m := v.(interface {
+		PlanShard(rank, ranks int) error
+		LoadWeights(map[string]*mlx.Array) error
+		Weights() []*mlx.Array
+		Free()
+	})
 	defer m.Free()
 	if err := m.PlanShard(rank, ranks); err != nil {
 		return 0, 0, 0, err
