@@ -203,13 +203,13 @@ func TestPartLayout(t *testing.T) {
 		shape []int
 	}{
 		// A row is 40 bytes.
-		{"rows", w, 0, []Span{{1, 3}, {4, 6}}, mlx.FilePart{Offset: 1000, Blocks: 1, Stride: 240, Ranges: ranges(40, 80, 160, 80)}, []int{4, 10}},
-		{"meeting rows are one range", w, 0, []Span{{1, 3}, {3, 5}}, mlx.FilePart{Offset: 1000, Blocks: 1, Stride: 240, Ranges: ranges(40, 160)}, []int{4, 10}},
-		{"columns: one block per row", w, 1, []Span{{2, 7}}, mlx.FilePart{Offset: 1000, Blocks: 6, Stride: 40, Ranges: ranges(8, 20)}, []int{6, 5}},
-		{"all columns: the whole tensor", w, -1, []Span{{0, 10}}, mlx.FilePart{Offset: 1000, Blocks: 1, Stride: 40, Ranges: ranges(0, 240)}, []int{6, 10}},
+		{"rows", w, 0, []Span{{1, 3}, {4, 6}}, mlx.FilePart{Offset: 1000, Blocks: 1, Stride: 240, Ranges: []mlx.ByteRange{{Start: 40, Len: 80}, {Start: 160, Len: 80}}}, []int{4, 10}},
+		{"meeting rows are one range", w, 0, []Span{{1, 3}, {3, 5}}, mlx.FilePart{Offset: 1000, Blocks: 1, Stride: 240, Ranges: []mlx.ByteRange{{Start: 40, Len: 160}}}, []int{4, 10}},
+		{"columns: one block per row", w, 1, []Span{{2, 7}}, mlx.FilePart{Offset: 1000, Blocks: 6, Stride: 40, Ranges: []mlx.ByteRange{{Start: 8, Len: 20}}}, []int{6, 5}},
+		{"all columns: the whole tensor", w, -1, []Span{{0, 10}}, mlx.FilePart{Offset: 1000, Blocks: 1, Stride: 40, Ranges: []mlx.ByteRange{{Start: 0, Len: 240}}}, []int{6, 10}},
 		// An expert is 64 bytes, a row of one 16.
-		{"experts' rows", e, 1, []Span{{1, 3}}, mlx.FilePart{Offset: 64, Blocks: 3, Stride: 64, Ranges: ranges(16, 32)}, []int{3, 2, 8}},
-		{"experts' columns", e, 2, []Span{{4, 8}}, mlx.FilePart{Offset: 64, Blocks: 12, Stride: 16, Ranges: ranges(8, 8)}, []int{3, 4, 4}},
+		{"experts' rows", e, 1, []Span{{1, 3}}, mlx.FilePart{Offset: 64, Blocks: 3, Stride: 64, Ranges: []mlx.ByteRange{{Start: 16, Len: 32}}}, []int{3, 2, 8}},
+		{"experts' columns", e, 2, []Span{{4, 8}}, mlx.FilePart{Offset: 64, Blocks: 12, Stride: 16, Ranges: []mlx.ByteRange{{Start: 8, Len: 8}}}, []int{3, 4, 4}},
 	}
 	for _, c := range cases {
 		got, shape, err := partLayout(c.t, c.axis, c.spans)
@@ -263,13 +263,4 @@ func TestPartErrorsNameTheTensor(t *testing.T) {
 			t.Errorf("Part of a missing tensor: %v", err)
 		}
 	})
-}
-
-// ranges pairs its arguments as byte ranges: start, length, start, length, …
-func ranges(v ...int64) []mlx.ByteRange {
-	var out []mlx.ByteRange
-	for i := 0; i+1 < len(v); i += 2 {
-		out = append(out, mlx.ByteRange{Start: v[i], Len: v[i+1]})
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package qwen35moe_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -39,19 +38,8 @@ func TestShardedLoadReadsOnlyTheRanksParts(t *testing.T) {
 			dir  string
 		}{
 			{"fused", f.Dir},
-			{"per expert", writeCheckpoint(t, f, relayout(t, f, func(ts map[string]*mlx.Array, p string, gate, up, down *mlx.Array) {
-				for e := range gate.Dim(0) {
-					q := fmt.Sprintf("%sexperts.%d.", p, e)
-					ts[q+"gate_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(gate, 0, e, e+1), 0)
-					ts[q+"up_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(up, 0, e, e+1), 0)
-					ts[q+"down_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(down, 0, e, e+1), 0)
-				}
-			}))},
-			{"switch_mlp", writeCheckpoint(t, f, relayout(t, f, func(ts map[string]*mlx.Array, p string, gate, up, down *mlx.Array) {
-				ts[p+"switch_mlp.gate_proj.weight"] = gate
-				ts[p+"switch_mlp.up_proj.weight"] = up
-				ts[p+"switch_mlp.down_proj.weight"] = down
-			}))},
+			{"per expert", writeCheckpoint(t, f, relayout(t, f, perExpert))},
+			{"switch_mlp", writeCheckpoint(t, f, relayout(t, f, switchMLP))},
 		}
 		for _, l := range layouts {
 			for _, r := range [][2]int{{0, 2}, {1, 2}, {3, 4}} {

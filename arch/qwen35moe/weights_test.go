@@ -51,6 +51,24 @@ func relayout(t *mlxtest.T, f *qwen35test.Fixture, split func(ts map[string]*mlx
 	}
 }
 
+// perExpert is relayout's split into one tensor per expert and projection
+// (mlp.experts.{e}.{gate,up,down}_proj.weight).
+func perExpert(ts map[string]*mlx.Array, p string, gate, up, down *mlx.Array) {
+	for e := range gate.Dim(0) {
+		q := fmt.Sprintf("%sexperts.%d.", p, e)
+		ts[q+"gate_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(gate, 0, e, e+1), 0)
+		ts[q+"up_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(up, 0, e, e+1), 0)
+		ts[q+"down_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(down, 0, e, e+1), 0)
+	}
+}
+
+// switchMLP is relayout's split into MLX's stacked mlp.switch_mlp layers.
+func switchMLP(ts map[string]*mlx.Array, p string, gate, up, down *mlx.Array) {
+	ts[p+"switch_mlp.gate_proj.weight"] = gate
+	ts[p+"switch_mlp.up_proj.weight"] = up
+	ts[p+"switch_mlp.down_proj.weight"] = down
+}
+
 // The three expert layouts load to the same model: the fused tensors of
 // the fixture, the same weights as per-expert tensors, and as MLX's stacked
 // switch_mlp (unquantized), each reproducing transformers' prompt logits.
@@ -58,20 +76,9 @@ func TestExpertLayouts(t *testing.T) {
 	f := qwen35test.Load(t, "qwen35moe-tiny")
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		layouts := map[string]map[string]*mlx.Array{
-			"fused": f.Tensors(t),
-			"per expert": relayout(t, f, func(ts map[string]*mlx.Array, p string, gate, up, down *mlx.Array) {
-				for e := range gate.Dim(0) {
-					q := fmt.Sprintf("%sexperts.%d.", p, e)
-					ts[q+"gate_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(gate, 0, e, e+1), 0)
-					ts[q+"up_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(up, 0, e, e+1), 0)
-					ts[q+"down_proj.weight"] = mlx.Squeeze(mlx.SliceAxis(down, 0, e, e+1), 0)
-				}
-			}),
-			"switch_mlp": relayout(t, f, func(ts map[string]*mlx.Array, p string, gate, up, down *mlx.Array) {
-				ts[p+"switch_mlp.gate_proj.weight"] = gate
-				ts[p+"switch_mlp.up_proj.weight"] = up
-				ts[p+"switch_mlp.down_proj.weight"] = down
-			}),
+			"fused":      f.Tensors(t),
+			"per expert": relayout(t, f, perExpert),
+			"switch_mlp": relayout(t, f, switchMLP),
 		}
 		for name, ts := range layouts {
 			qwen35test.Within(t, name+": prompt logits, max abs error", promptLogitsOff(t, f, ts), qwen35test.LogitTol)
