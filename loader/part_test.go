@@ -264,3 +264,35 @@ func TestPartErrorsNameTheTensor(t *testing.T) {
 		}
 	})
 }
+
+// In a sharded checkpoint each part is read from the shard the index names
+// (two shards open for parts at once); the expected bytes are the
+// tensors' own, read through Bytes.
+func TestPartOfShardedCheckpoint(t *testing.T) {
+	dir := shardedFolder(t, tinyIndex)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		ck, err := OpenCheckpoint(dir)
+		t.NoErr(err)
+		defer ck.Close()
+		for _, c := range []struct {
+			name     string
+			axis     int
+			span     Span
+			from, to int // the bytes of the part in the tensor's
+		}{
+			{"model.embed.weight", 0, Span{1, 3}, 8, 24}, // [4, 2] float32: rows 1 and 2
+			{"lm_head.weight", 0, Span{3, 4}, 24, 32},
+			{"model.norm.weight", 0, Span{1, 2}, 4, 8},
+		} {
+			part, err := ck.Part(c.name, c.axis, c.span)
+			t.NoErr(err)
+			got, err := part.Bytes()
+			t.NoErr(err)
+			all, err := ck.Bytes(c.name)
+			t.NoErr(err)
+			if !slices.Equal(got, all[c.from:c.to]) {
+				t.Errorf("%s: part bytes %x, want %x", c.name, got, all[c.from:c.to])
+			}
+		}
+	})
+}
