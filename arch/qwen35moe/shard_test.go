@@ -2,6 +2,7 @@ package qwen35moe_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/specula-dev/specula/arch/qwen35/qwen35test"
 	"github.com/specula-dev/specula/arch/qwen35moe"
+	"github.com/specula-dev/specula/internal/synth"
 	"github.com/specula-dev/specula/loader"
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/mlx/mlxtest"
@@ -46,6 +48,59 @@ func TestShardedLoadReadsOnlyTheRanksParts(t *testing.T) {
 				t.Logf("%s: rank %d of %d", l.name, r[0], r[1])
 				qwen35test.CheckRankReadsItsPartsOnly(t, l.dir, r[0], r[1])
 			}
+		}
+	})
+}
+
+// The routed experts quantized (MLX's switch_mlp, affine 4-bit in groups
+// of 32) are cut consistently: a rank's rows of the gate and up weights
+// with their scales and biases, and whole groups of the down projection's
+// columns, each read in part. The checkpoint is a random MoE whose expert
+// width (64) gives each of 2 ranks one whole group of every row.
+func TestShardedLoadQuantizedExperts(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	q := synth.Qwen35{Vocab: 256, Hidden: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
+		LinearKeyHeads: 2, LinearValueHeads: 4, LinearKeyDim: 16, LinearValueDim: 16, ConvKernel: 4,
+		FullAttentionInterval: 2, RopeTheta: 1e7, PartialRotary: 0.25, DType: synth.Float32, Seed: 3,
+		Experts: 4, TopK: 2, ExpertSize: 64, SharedSize: 64}
+	if err := q.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	quant := mlx.Quant{Mode: mlx.Affine, Bits: 4, GroupSize: 32}
+	cfg["quantization"] = map[string]any{"group_size": quant.GroupSize, "bits": quant.Bits, "mode": "affine"}
+	if raw, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		ts, err := mlx.LoadSafetensors(filepath.Join(src, loader.SingleFileName))
+		t.NoErr(err)
+		for i := range q.Layers {
+			p := fmt.Sprintf("model.layers.%d.mlp.", i)
+			gu, down := ts[p+"experts.gate_up_proj"], ts[p+"experts.down_proj"]
+			delete(ts, p+"experts.gate_up_proj")
+			delete(ts, p+"experts.down_proj")
+			for name, w := range map[string]*mlx.Array{
+				"gate_proj": mlx.SliceAxis(gu, 1, 0, q.ExpertSize),
+				"up_proj":   mlx.SliceAxis(gu, 1, q.ExpertSize, 2*q.ExpertSize),
+				"down_proj": down,
+			} {
+				wq, scales, biases := mlx.Quantize(w, quant)
+				ts[p+"switch_mlp."+name+".weight"], ts[p+"switch_mlp."+name+".scales"], ts[p+"switch_mlp."+name+".biases"] = wq, scales, biases
+			}
+		}
+		dir := t.TempDir()
+		t.NoErr(mlx.SaveSafetensors(filepath.Join(dir, loader.SingleFileName), ts, map[string]string{"format": "mlx"}))
+		t.NoErr(os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644))
+		for _, rank := range []int{0, 1} {
+			qwen35test.CheckRankReadsItsPartsOnly(t, dir, rank, 2)
 		}
 	})
 }
