@@ -322,8 +322,9 @@ func evalWithProgress(arrays []*mlx.Array, phase string, progress Progress) erro
 			return err
 		}
 		// The checkpoint's tensors that this group read can go now: a
-		// model keeping a part of one (a rank of a sharded target, a
-		// cast) holds a copy. Arrays still to be read stay reachable
+		// model keeping a derived array (a cast, a folded norm) holds a
+		// copy; a rank of a sharded target read only its parts of the
+		// tensors it cuts. Arrays still to be read stay reachable
 		// through the pinned weights' graphs.
 		mlx.Sweep()
 		done += pending

@@ -12,7 +12,8 @@ import (
 // device memory, never into managed memory as arrays built from Go bytes
 // would be). Only tensors the index assigns to a shard are taken from it.
 // Tensors keep their stored dtype. PartOf reads parts of these arrays
-// instead, while the checkpoint is open. It must run on the MLX worker.
+// instead: the checkpoint remembers them until Close. It must run on the
+// MLX worker.
 func (c *Checkpoint) Arrays() (map[string]*mlx.Array, error) {
 	return c.arrays(nil)
 }
