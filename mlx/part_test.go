@@ -127,6 +127,39 @@ func TestLoadPartWideRows(t *testing.T) {
 	})
 }
 
+// A part of 32 MiB or more is read by several threads, each from its own
+// point of the part (mid-row here): rows, and columns a page apart.
+func TestLoadPartInParallel(t *testing.T) {
+	const rows, cols = 32, 1 << 19 // a row is 2 MiB, the tensor 64 MiB; entries stay below 2²⁴
+	path, base := wideFixture(t, rows, cols, cols)
+	const row = 4 * cols
+	cases := []struct {
+		name                string
+		r0, r1, start, stop int // rows and columns
+	}{
+		{"20 rows", 5, 25, 0, cols},
+		{"columns", 0, rows, 3000, cols - 1000},
+	}
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		f, err := mlx.OpenTensorFile(path)
+		t.NoErr(err)
+		defer f.Close()
+		for _, c := range cases {
+			h, w := c.r1-c.r0, c.stop-c.start
+			a, err := f.LoadPart("F32", []int{h, w}, mlx.FilePart{Offset: base + int64(c.r0)*row, Blocks: int64(h), Stride: row, Ranges: ranges(int64(4*c.start), int64(4*w))})
+			t.NoErr(err)
+			got := t.Float32s(a)
+			for i := range h {
+				for j := range w {
+					if want := float32((c.r0+i)*cols + c.start + j); got[i*w+j] != want {
+						t.Fatalf("%s: entry (%d, %d) is %v, want %v", c.name, i, j, got[i*w+j], want)
+					}
+				}
+			}
+		}
+	})
+}
+
 // A part reaching past the end of the file, or malformed, is refused when
 // it is made (naming the file), not when it is read.
 func TestLoadPartRefusesOutOfBounds(t *testing.T) {
