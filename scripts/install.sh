@@ -8,7 +8,8 @@
 #   PREFIX/lib/specula/mlx_<dist>.libs/   layout so libmlx.so's own $ORIGIN RPATH
 #   PREFIX/lib/specula/openblas/          holds (OpenBLAS: found next to libmlx.so
 #                                         by mlx/shim/blas.cpp)
-#   PREFIX/lib/specula/mlx/include/cccl/  CUDA only: headers MLX compiles kernels with
+#   PREFIX/lib/specula/mlx/include/       CUDA only: headers MLX compiles kernels with
+#                                         (cccl/, cute/, cutlass/)
 #   PREFIX/lib/specula/nvidia/            CUDA only: the runtime (a copy of the
 #                                         wheels in .deps/nvidia, or a link to this
 #                                         machine's with CUDA_RUNTIME=system)
@@ -96,9 +97,14 @@ if [ -f "$deps/openblas/libscipy_openblas.so" ]; then
 fi
 if [ "$backend" = cuda ]; then
   # MLX's CUDA kernels are compiled at run time (NVRTC) with these headers,
-  # found relative to libmlx.so; the rest of mlx/include is for building only.
+  # found relative to libmlx.so: CCCL for every kernel, CuTe and CUTLASS for
+  # the quantized products (without them every quantized matmul fails to
+  # compile: "cannot open source file cute/numeric/numeric_types.hpp"); the
+  # rest of mlx/include is for building only.
   mkdir -p "$lib/mlx/include"
-  cp -R "$deps/mlx/include/cccl" "$lib/mlx/include/"
+  for h in cccl cute cutlass; do
+    cp -R "$deps/mlx/include/$h" "$lib/mlx/include/"
+  done
   if [ "$runtime" = wheels ]; then
     echo "install: copying the CUDA runtime wheels ($(du -sh "$deps/nvidia" | cut -f1))"
     cp -R "$deps/nvidia" "$lib/nvidia"

@@ -3,8 +3,8 @@
 # time. A "library tree" is laid out like a site-packages folder, as the MLX
 # wheel expects: mlx/lib/libmlx.so, mlx_<dist>.libs/, openblas/, and for the
 # CUDA backend nvidia/<lib>/lib (libmlx.so's RPATH is $ORIGIN/../../nvidia/...)
-# and the JIT headers (mlx/include/cccl, nvidia/cu13/include). The checkout's
-# tree is .deps/; an installed one is PREFIX/lib/specula/.
+# and the JIT headers (mlx/include/{cccl,cute,cutlass}, nvidia/cu13/include).
+# The checkout's tree is .deps/; an installed one is PREFIX/lib/specula/.
 #
 #   runtime-libs.sh check TREE [FILE...]
 #       ldd libmlx.so, OpenBLAS, every nvidia/*/lib library and each FILE (a
@@ -106,7 +106,9 @@ check_tree() {
     done < <(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([^[:space:]]*\) => not found.*/\1 x/p')
   done
   if [ "$backend" = cuda ]; then
-    [ -d "$tree/mlx/include/cccl" ] || bad="$bad  $tree/mlx/include/cccl (the CCCL headers MLX compiles kernels with)"$'\n'
+    for h in cccl cute cutlass; do
+      [ -d "$tree/mlx/include/$h" ] || bad="$bad  $tree/mlx/include/$h (headers MLX compiles its kernels with at run time)"$'\n'
+    done
     if [ ! -f "$tree/nvidia/cu13/include/cuda_runtime.h" ]; then
       local home="${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}"
       [ -f "$home/include/cuda_runtime.h" ] ||
