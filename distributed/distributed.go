@@ -9,6 +9,11 @@
 // It also sets SPECULA_DISTRIBUTED to the backend's name, which is how a
 // rank knows it is one (Joined) and which backend Join starts.
 //
+// A group can span several hosts (Cluster, read from a launch hostfile):
+// a launcher runs on each, starting that host's ranks with their global
+// ranks and the addresses the file derives, after meeting the others'
+// launchers (Meet), which then end every host's ranks when one fails.
+//
 // Sharding a model over the group lives in the architectures (arch/qwen35).
 package distributed
 

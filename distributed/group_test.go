@@ -24,6 +24,7 @@ const envChild = "SPECULA_DISTRIBUTED_TEST_CHILD"
 var children = map[string]func() error{
 	"collectives": collectivesChild,
 	"echo":        echoChild,
+	"env":         recordEnvChild,
 	"fail":        failChild,
 }
 

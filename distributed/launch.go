@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,9 +17,11 @@ import (
 	"time"
 )
 
-// Launch describes N ranks of one command on this host.
+// Launch describes N ranks of one command on this host: the whole group,
+// or, with Cluster set, node Node's share of a group spread over several
+// hosts.
 type Launch struct {
-	N       int      // number of ranks, at least 1
+	N       int      // number of ranks on this host, at least 1 (Cluster.Hosts[Node].Slots with a Cluster)
 	Backend string   // "ring" or "nccl"
 	Path    string   // the program every rank runs
 	Args    []string // its arguments (without the program)
@@ -33,6 +36,18 @@ type Launch struct {
 
 	// Signals, when set, are forwarded to every rank (SIGINT, SIGTERM).
 	Signals <-chan os.Signal
+
+	// Cluster, when set, is the group's hosts, of which this launcher
+	// starts those of host Node: ranks FirstRank(Node) on, with the
+	// addresses and ports the Cluster derives. Only rank 0 (on node 0)
+	// shows its output.
+	Cluster *Cluster
+	Node    int
+
+	// Stop, when it delivers, ends the ranks as a failing rank does, and
+	// Run returns what it delivered unless a rank of this host failed
+	// first (another node failed: Peers.Failed).
+	Stop <-chan error
 
 	// Grace is how long the ranks have to end after SIGTERM before they are
 	// killed, when one rank failed or ctx was cancelled (DefaultGrace when
@@ -51,7 +66,8 @@ const stderrTail = 4 << 10
 // RankError reports the rank that ended the launch: its exit status or the
 // signal that killed it, and the end of its standard error.
 type RankError struct {
-	Rank, N int
+	Rank, N int    // the rank in the group, and the group's size
+	Node    string // the host it ran on, when the group spans several (Cluster.NodeName)
 	PID     int
 	State   *os.ProcessState // nil when the rank could not start
 	Err     error            // the start error, when State is nil
@@ -61,6 +77,9 @@ type RankError struct {
 func (e *RankError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rank %d of %d", e.Rank, e.N)
+	if e.Node != "" {
+		fmt.Fprintf(&b, " on %s", e.Node)
+	}
 	if e.State == nil {
 		fmt.Fprintf(&b, " could not start: %v", e.Err)
 		return b.String()
@@ -123,6 +142,19 @@ func (l *Launch) Run(ctx context.Context) error {
 	if l.N < 1 {
 		return fmt.Errorf("distributed: %d ranks: want at least 1", l.N)
 	}
+	first, size, node := 0, l.N, ""
+	if c := l.Cluster; c != nil {
+		if err := c.CheckNode(l.Node); err != nil {
+			return err
+		}
+		if l.N != c.Hosts[l.Node].Slots {
+			return fmt.Errorf("distributed: %d ranks on node %d, but %s gives it %d slots", l.N, l.Node, c.Path, c.Hosts[l.Node].Slots)
+		}
+		first, size = c.FirstRank(l.Node), c.Ranks()
+		if len(c.Hosts) > 1 {
+			node = c.NodeName(l.Node)
+		}
+	}
 	if err := CheckBackend(l.Backend); err != nil {
 		return fmt.Errorf("distributed: %w", err)
 	}
@@ -130,7 +162,7 @@ func (l *Launch) Run(ctx context.Context) error {
 	if grace == 0 {
 		grace = DefaultGrace
 	}
-	envs, cleanup, err := l.rankEnvs()
+	envs, cleanup, err := l.rankEnvs(first, size)
 	if err != nil {
 		return err
 	}
@@ -140,7 +172,7 @@ func (l *Launch) Run(ctx context.Context) error {
 	var ranks []*rank
 	var startErr *RankError
 	for i := range l.N {
-		r := &rank{id: i, tail: &tailBuffer{max: stderrTail}}
+		r := &rank{id: first + i, tail: &tailBuffer{max: stderrTail}}
 		r.cmd = exec.Command(l.Path, l.Args...)
 		r.cmd.Env = envs[i]
 		// A process group per rank: a terminal's Ctrl-C reaches the
@@ -148,7 +180,7 @@ func (l *Launch) Run(ctx context.Context) error {
 		// what it started (a compiler MLX runs, plugins).
 		r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		r.cmd.Stderr = r.tail
-		if i == 0 {
+		if r.id == 0 {
 			r.cmd.Stdout = orDiscard(l.Stdout)
 			if l.Stderr != nil {
 				// Shown as it comes: the report need not repeat it.
@@ -156,7 +188,7 @@ func (l *Launch) Run(ctx context.Context) error {
 			}
 		}
 		if err := r.cmd.Start(); err != nil {
-			startErr = &RankError{Rank: i, N: l.N, Err: err}
+			startErr = &RankError{Rank: r.id, N: size, Node: node, Err: err}
 			break
 		}
 		ranks = append(ranks, r)
@@ -167,6 +199,7 @@ func (l *Launch) Run(ctx context.Context) error {
 	if startErr != nil {
 		failed = startErr
 	}
+	var stopped error       // what Stop delivered, when it ended the ranks
 	ending := failed != nil // SIGTERM sent to every rank
 	var killAt <-chan time.Time
 	endAll := func() {
@@ -190,7 +223,7 @@ func (l *Launch) Run(ctx context.Context) error {
 			// A rank that fails after the launcher began ending them
 			// (ctx ended) failed because of it.
 			if e.err != nil && failed == nil && !ending {
-				failed = &RankError{Rank: e.r.id, N: l.N, PID: e.r.cmd.Process.Pid, State: e.r.cmd.ProcessState, Stderr: e.r.tail.String()}
+				failed = &RankError{Rank: e.r.id, N: size, Node: node, PID: e.r.cmd.Process.Pid, State: e.r.cmd.ProcessState, Stderr: e.r.tail.String()}
 				if _, ok := e.err.(*exec.ExitError); !ok {
 					failed.State, failed.Err = nil, e.err
 				}
@@ -198,6 +231,11 @@ func (l *Launch) Run(ctx context.Context) error {
 			if e.err != nil {
 				endAll()
 			}
+		case err := <-l.Stop:
+			if stopped == nil && failed == nil && !ending {
+				stopped = err
+			}
+			endAll()
 		case sig := <-l.Signals:
 			if s, ok := sig.(syscall.Signal); ok {
 				signalAll(ranks, s)
@@ -212,6 +250,9 @@ func (l *Launch) Run(ctx context.Context) error {
 	if failed != nil {
 		return failed
 	}
+	if stopped != nil {
+		return stopped
+	}
 	return ctx.Err()
 }
 
@@ -224,20 +265,30 @@ func signalAll(ranks []*rank, sig syscall.Signal) {
 	}
 }
 
-// rankEnvs returns each rank's environment, with what cleanup removes
-// afterwards (the ring hostfile).
-func (l *Launch) rankEnvs() ([][]string, func(), error) {
+// rankEnvs returns the environment of each rank of this host, ranks
+// first … first+l.N−1 of size, with what cleanup removes afterwards (the
+// ring hostfile).
+func (l *Launch) rankEnvs(first, size int) ([][]string, func(), error) {
 	base := l.Env
 	if base == nil {
 		base = os.Environ()
 	}
-	common := []string{EnvBackend + "=" + l.Backend, EnvWorldSize + "=" + strconv.Itoa(l.N)}
+	common := []string{EnvBackend + "=" + l.Backend, EnvWorldSize + "=" + strconv.Itoa(size)}
+	var extra []string
+	if l.Cluster != nil {
+		// The hostfile's "envs" first: the launcher's own variables win.
+		extra = l.Cluster.Envs
+	}
 	var perRank func(i int) []string
 	cleanup := func() {}
 	switch l.Backend {
 	case "ring":
-		hosts, err := LoopbackHostfile(l.N)
-		if err != nil {
+		var hosts Hostfile
+		var err error
+		if l.Cluster != nil {
+			// Every node writes the same file: the ports are derived.
+			hosts = l.Cluster.RingHostfile()
+		} else if hosts, err = LoopbackHostfile(l.N); err != nil {
 			return nil, nil, err
 		}
 		dir, err := os.MkdirTemp("", "specula-launch-")
@@ -253,11 +304,16 @@ func (l *Launch) rankEnvs() ([][]string, func(), error) {
 		common = append(common, EnvHostfile+"="+path)
 		perRank = func(int) []string { return nil }
 	case "nccl":
-		port, err := freePort()
-		if err != nil {
-			return nil, nil, err
+		host, port := "127.0.0.1", 0
+		if l.Cluster != nil {
+			host, port = l.Cluster.NCCLAddr()
+		} else {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, nil, err
+			}
 		}
-		common = append(common, EnvNCCLHost+"=127.0.0.1", EnvNCCLPort+"="+strconv.Itoa(port))
+		common = append(common, EnvNCCLHost+"="+host, EnvNCCLPort+"="+strconv.Itoa(port))
 		if getenv(base, "NCCL_NVLS_ENABLE") == "" {
 			// NVLink multicast (NVLS) is left off unless asked for: the
 			// shared H200 hosts this was written for need it off.
@@ -268,12 +324,13 @@ func (l *Launch) rankEnvs() ([][]string, func(), error) {
 			return nil, nil, err
 		}
 		// MLX computes on GPU 0 of what it sees, and its NCCL layer picks
-		// GPU rank % count: each rank sees exactly its own GPU.
+		// GPU rank % count: each rank sees exactly its own GPU, chosen by
+		// its rank on this host.
 		perRank = func(i int) []string { return []string{"CUDA_VISIBLE_DEVICES=" + gpus[i]} }
 	}
 	envs := make([][]string, l.N)
 	for i := range envs {
-		set := append(append([]string{EnvRank + "=" + strconv.Itoa(i)}, common...), perRank(i)...)
+		set := append(append(append(slices.Clip(extra), EnvRank+"="+strconv.Itoa(first+i)), common...), perRank(i)...)
 		envs[i] = withEnv(base, set)
 	}
 	return envs, cleanup, nil

@@ -24,11 +24,17 @@ func init() {
 // output, forwards SIGINT and SIGTERM to every rank, and ends every rank when
 // one fails, naming it and how it ended. It exits with rank 0's code when
 // all succeed, else with the failed rank's (128 + the signal for one killed
-// by a signal).
+// by a signal). With --hostfile, the group spans the file's hosts and this
+// launcher starts those of host --node, after meeting the other hosts'
+// launchers (distributed.Meet); a node whose peer fails ends its ranks and
+// exits with 1.
 func runLaunch(e *env, args []string) int {
-	fs := newFlags(e, "launch", "-n N [--backend ring|nccl] [--] <command> [flags] [arguments]")
-	n := fs.Int("n", 0, "number of ranks (processes) to start on this host, at least 1")
-	backend := fs.String("backend", "", "distributed backend: ring (TCP between CPU processes) or nccl (one GPU per rank); default nccl with a GPU build of MLX, else ring")
+	fs := newFlags(e, "launch", "(-n N | --hostfile FILE --node I) [--backend ring|nccl] [--] <command> [flags] [arguments]")
+	n := fs.Int("n", 0, "number of ranks (processes) to start on this host, at least 1; with --hostfile, the whole group's (optional: the file says)")
+	backend := fs.String("backend", "", "distributed backend: ring (TCP between CPU processes) or nccl (one GPU per rank); default the hostfile's \"backend\", else nccl with a GPU build of MLX, else ring")
+	hostfile := fs.String("hostfile", "", "spread the group over several hosts, listed in a JSON `FILE` like {\"hosts\": [{\"ips\": [\"10.0.0.1\"], \"slots\": 2}, …], \"port\": 32323}; run the same launch on every host, each with its --node (docs/getting-started.md)")
+	node := fs.Int("node", -1, "with --hostfile: which host of the file this is, from 0; node 0 shows rank 0's output")
+	startTimeout := fs.Duration("start-timeout", distributed.DefaultStartTimeout, "with --hostfile: how long to wait for the other hosts' launchers (and, on node 0, for them to report their ranks' end) before failing")
 	// The subcommand's own flags follow it: parse only up to the first
 	// argument that is not a flag (or "--"), unlike parseFlags.
 	fs.SetOutput(io.Discard)
@@ -45,6 +51,32 @@ func runLaunch(e *env, args []string) int {
 		return exitUsage
 	}
 	rest := fs.Args()
+	var cluster *distributed.Cluster
+	if *hostfile != "" {
+		if cluster, err = distributed.ReadCluster(*hostfile); err != nil {
+			fmt.Fprintf(e.stderr, "specula launch: %v\n", err)
+			return exitUsage
+		}
+		if *node < 0 {
+			fmt.Fprintf(e.stderr, "specula launch: --hostfile %s needs --node I: which of its %d hosts this is, from 0 (the same file and a different --node on every host)\n", *hostfile, len(cluster.Hosts))
+			return exitUsage
+		}
+		if err := cluster.CheckNode(*node); err != nil {
+			fmt.Fprintf(e.stderr, "specula launch: %v\n", err)
+			return exitUsage
+		}
+		if *n != 0 && *n != cluster.Ranks() {
+			fmt.Fprintf(e.stderr, "specula launch: -n %d, but hostfile %s gives %d ranks (the sum of its hosts' \"slots\"): leave -n out or make them agree\n", *n, *hostfile, cluster.Ranks())
+			return exitUsage
+		}
+		*n = cluster.Hosts[*node].Slots
+		if *backend == "" {
+			*backend = cluster.Backend
+		}
+	} else if *node >= 0 {
+		fmt.Fprintf(e.stderr, "specula launch: --node %d needs --hostfile: the file lists the hosts it numbers\n", *node)
+		return exitUsage
+	}
 	if *n < 1 {
 		fmt.Fprintf(e.stderr, "specula launch: -n %d: give the number of ranks, at least 1 (e.g. -n 2)\n", *n)
 		fs.Usage()
@@ -81,6 +113,14 @@ func runLaunch(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "launch", fmt.Errorf("finding this program to start its ranks: %w", err))
 	}
+	var peers *distributed.Peers
+	if cluster != nil {
+		// Before the signal handling below: Ctrl-C while waiting for the
+		// other hosts cancels e.ctx, which ends the wait.
+		if peers, err = distributed.Meet(e.ctx, cluster, *node, *backend, *startTimeout); err != nil {
+			return fail(e, "launch", err)
+		}
+	}
 
 	// The launcher forwards signals itself (each rank has a process group of
 	// its own, so a terminal's Ctrl-C reaches the launcher alone).
@@ -97,8 +137,19 @@ func runLaunch(e *env, args []string) int {
 		}
 	}()
 
-	l := &distributed.Launch{N: *n, Backend: *backend, Path: self, Args: rest, Stdout: e.stdout, Stderr: e.stderr, Signals: forwarded}
+	l := &distributed.Launch{N: *n, Backend: *backend, Path: self, Args: rest, Stdout: e.stdout, Stderr: e.stderr, Signals: forwarded,
+		Cluster: cluster, Node: *node}
+	if peers != nil {
+		l.Stop = peers.Failed()
+	}
 	err = l.Run(e.ctx)
+	if peers != nil {
+		// This node's own failure, or the peer's that stopped it, is the
+		// one to report; the others' ends matter when its ranks succeeded.
+		if perr := peers.Finish(err, *startTimeout); err == nil && perr != nil {
+			return fail(e, "launch", perr)
+		}
+	}
 	var re *distributed.RankError
 	switch {
 	case err == nil:

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/specula-dev/specula/distributed"
 )
 
 // launch -n 2 runs the command twice and shows rank 0's output once.
@@ -121,6 +128,167 @@ func TestE2ELaunchTensorParallelErrors(t *testing.T) {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr)
 				}
+			}
+		})
+	}
+}
+
+// loopbackHostfile writes a launch hostfile of len(slots) hosts, all
+// 127.0.0.1, host i running slots[i] ranks, on ports free now.
+func loopbackHostfile(t *testing.T, slots ...int) string {
+	t.Helper()
+	n := 1
+	var hosts []string
+	for _, k := range slots {
+		n += k
+		hosts = append(hosts, `{"ips": ["127.0.0.1"], "slots": `+strconv.Itoa(k)+`}`)
+	}
+	port, err := distributed.FreePortRun(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "hosts.json")
+	data := `{"port": ` + strconv.Itoa(port) + `, "hosts": [` + strings.Join(hosts, ", ") + `]}`
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// launchNodes runs `specula launch --hostfile FILE --node I -- args[I]…`
+// for every node at once, as separate hosts would, and returns each
+// launcher's stdout, stderr and exit code.
+func launchNodes(t *testing.T, hostfile string, args ...[]string) (stdout, stderr []string, codes []int) {
+	t.Helper()
+	cmds := make([]*exec.Cmd, len(args))
+	outs, errs := make([]bytes.Buffer, len(args)), make([]bytes.Buffer, len(args))
+	for node, a := range args {
+		cmds[node] = exec.Command(specula(t), append([]string{"launch", "--hostfile", hostfile, "--node", strconv.Itoa(node), "--"}, a...)...)
+		cmds[node].Env = append(os.Environ(), "SPECULA_LOG=warn")
+		cmds[node].Stdout, cmds[node].Stderr = &outs[node], &errs[node]
+		if err := cmds[node].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for node, cmd := range cmds {
+		code := 0
+		if err := cmd.Wait(); err != nil {
+			ee, ok := err.(*exec.ExitError)
+			if !ok {
+				t.Fatal(err)
+			}
+			code = ee.ExitCode()
+		}
+		stdout, stderr, codes = append(stdout, outs[node].String()), append(stderr, errs[node].String()), append(codes, code)
+	}
+	return stdout, stderr, codes
+}
+
+// Two launchers of one hostfile whose two hosts are this one (1 rank each,
+// then 2) run the fixture target sharded over their ranks through the ring
+// backend; node 0 prints what the single process prints (the ids and the
+// drafts' acceptance), node 1 prints nothing.
+func TestE2ELaunchAcrossTwoHosts(t *testing.T) {
+	prompt, greedy := fixturePrompt(t)
+	m := fixtureManifest(t, "dflash2-tiny")
+	run := []string{"run", "-m", m, "--ids", joinIDs(prompt), "--json"}
+	type result struct {
+		IDs   []int32 `json:"ids"`
+		Stats struct {
+			Drafted  int `json:"drafted"`
+			Accepted int `json:"accepted"`
+		} `json:"stats"`
+	}
+	stdout, stderr, code := execSpecula(t, run...)
+	if code != 0 {
+		t.Fatalf("single process: exit %d\n%s", code, stderr)
+	}
+	var single result
+	if err := json.Unmarshal([]byte(stdout), &single); err != nil {
+		t.Fatalf("single process printed %q: %v", stdout, err)
+	}
+	if !slices.Equal(single.IDs, greedy) || single.Stats.Drafted == 0 {
+		t.Fatalf("single process: ids %v (reference %v), %d drafted", single.IDs, greedy, single.Stats.Drafted)
+	}
+	for _, slots := range []int{1, 2} {
+		t.Run(strconv.Itoa(slots)+" ranks each", func(t *testing.T) {
+			outs, errs, codes := launchNodes(t, loopbackHostfile(t, slots, slots), run, run)
+			for node, code := range codes {
+				if code != 0 {
+					t.Fatalf("node %d: exit %d\n%s", node, code, errs[node])
+				}
+			}
+			var sharded result
+			if err := json.Unmarshal([]byte(outs[0]), &sharded); err != nil {
+				t.Fatalf("node 0 printed %q: %v", outs[0], err)
+			}
+			if !slices.Equal(sharded.IDs, single.IDs) || sharded.Stats != single.Stats {
+				t.Fatalf("%d ranks over two launchers: ids %v, %+v; the single process %v, %+v", 2*slots, sharded.IDs, sharded.Stats, single.IDs, single.Stats)
+			}
+			if outs[1] != "" || errs[1] != "" {
+				t.Errorf("node 1 printed %q and %q; want nothing (rank 0's output is node 0's)", outs[1], errs[1])
+			}
+		})
+	}
+}
+
+// A rank that fails on node 1 ends node 0's ranks: node 1 names its rank,
+// node 0 names node 1 and the rank's own error.
+func TestE2ELaunchAcrossHostsReportsAFailedNode(t *testing.T) {
+	prompt, _ := fixturePrompt(t)
+	good := []string{"run", "-m", fixtureManifest(t, "dflash-tiny"), "--ids", joinIDs(prompt)}
+	bad := []string{"run", "-m", "/nonexistent/model.toml", "hi"}
+	_, errs, codes := launchNodes(t, loopbackHostfile(t, 1, 1), good, bad)
+	if codes[0] != 1 || codes[1] != 1 {
+		t.Fatalf("exit codes %v, want 1 and 1; stderr:\n%s\n%s", codes, errs[0], errs[1])
+	}
+	if !regexp.MustCompile(`specula launch: rank 1 of 2 on node 1 \(127\.0\.0\.1\) \(pid \d+\) exited with status 1`).MatchString(errs[1]) {
+		t.Errorf("node 1 does not name its failed rank:\n%s", errs[1])
+	}
+	for _, want := range []string{"specula launch: node 1 (127.0.0.1) failed: rank 1 of 2 on node 1", "/nonexistent/model.toml"} {
+		if !strings.Contains(errs[0], want) {
+			t.Errorf("node 0's stderr lacks %q:\n%s", want, errs[0])
+		}
+	}
+}
+
+// A node whose peer never starts gives up after --start-timeout, naming
+// the node it waited for and how to start it.
+func TestE2ELaunchPeerNeverStarts(t *testing.T) {
+	hosts := loopbackHostfile(t, 1, 1)
+	_, stderr, code := execSpecula(t, "launch", "--hostfile", hosts, "--node", "0", "--start-timeout", "1s", "--", "version")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{"specula launch: node 0 waited 1s for node 1 (127.0.0.1): no launcher connected to 127.0.0.1:", "specula launch --hostfile " + hosts + " --node 1 -- …` there"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+func TestE2ELaunchHostfileUsageErrors(t *testing.T) {
+	hosts := loopbackHostfile(t, 1, 2)
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"hosts": [{"ips": ["127.0.0.1"], "slots": 0}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no node", []string{"--hostfile", hosts}, "--hostfile " + hosts + " needs --node I: which of its 2 hosts this is"},
+		{"unknown node", []string{"--hostfile", hosts, "--node", "2"}, "--node 2: hostfile " + hosts + " lists 2 hosts, nodes 0 to 1"},
+		{"-n conflicting", []string{"--hostfile", hosts, "--node", "0", "-n", "2"}, "-n 2, but hostfile " + hosts + " gives 3 ranks"},
+		{"no hostfile", []string{"--node", "1", "-n", "2"}, "--node 1 needs --hostfile"},
+		{"zero slots", []string{"--hostfile", bad, "--node", "0"}, "hostfile " + bad + ": host 0: \"slots\": 0: give the number of ranks this host runs"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, code := execSpecula(t, append(append([]string{"launch"}, c.args...), "--", "version")...)
+			if code != exitUsage || !strings.Contains(stderr, c.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, c.want)
 			}
 		})
 	}
