@@ -147,7 +147,10 @@ func (p *Peers) gather(ctx context.Context, backend string, timeout time.Duratio
 			return errors.New(why)
 		}
 		pc := newPeerConn(-1, conn)
-		_ = conn.SetReadDeadline(time.Now().Add(timeout))
+		// The hello is due within the wait, so that a silent connection
+		// cannot hold the others past it.
+		deadline, _ := ctx.Deadline()
+		_ = conn.SetReadDeadline(deadline)
 		var hello message
 		if err := pc.dec.Decode(&hello); err != nil || hello.Op != "hello" {
 			// Not a launcher (a port scan, another program): ignore it.

@@ -62,6 +62,16 @@ func TestE2ELaunchUsageErrors(t *testing.T) {
 	}
 }
 
+// runOutcome is what the ranks of `specula run --json` must agree on with
+// one process: the ids and the drafts' acceptance.
+type runOutcome struct {
+	IDs   []int32 `json:"ids"`
+	Stats struct {
+		Drafted  int `json:"drafted"`
+		Accepted int `json:"accepted"`
+	} `json:"stats"`
+}
+
 // `specula launch -n 2 -- run` shards the fixture target over two ring
 // ranks on this host; with the DFlash2 draft replicated (its selector runs
 // at a fixed depth, in one process or as ranks), rank 0 prints the ids the
@@ -70,14 +80,7 @@ func TestE2ELaunchUsageErrors(t *testing.T) {
 func TestE2ELaunchTensorParallelRun(t *testing.T) {
 	prompt, greedy := fixturePrompt(t)
 	m := fixtureManifest(t, "dflash2-tiny")
-	type result struct {
-		IDs   []int32 `json:"ids"`
-		Stats struct {
-			Drafted  int `json:"drafted"`
-			Accepted int `json:"accepted"`
-		} `json:"stats"`
-	}
-	var results [2]result
+	var results [2]runOutcome
 	for i, pre := range [][]string{nil, {"launch", "-n", "2", "--"}} {
 		args := append(pre, "run", "-m", m, "--ids", joinIDs(prompt), "--json")
 		stdout, stderr, code := execSpecula(t, args...)
@@ -192,18 +195,11 @@ func TestE2ELaunchAcrossTwoHosts(t *testing.T) {
 	prompt, greedy := fixturePrompt(t)
 	m := fixtureManifest(t, "dflash2-tiny")
 	run := []string{"run", "-m", m, "--ids", joinIDs(prompt), "--json"}
-	type result struct {
-		IDs   []int32 `json:"ids"`
-		Stats struct {
-			Drafted  int `json:"drafted"`
-			Accepted int `json:"accepted"`
-		} `json:"stats"`
-	}
 	stdout, stderr, code := execSpecula(t, run...)
 	if code != 0 {
 		t.Fatalf("single process: exit %d\n%s", code, stderr)
 	}
-	var single result
+	var single runOutcome
 	if err := json.Unmarshal([]byte(stdout), &single); err != nil {
 		t.Fatalf("single process printed %q: %v", stdout, err)
 	}
@@ -218,7 +214,7 @@ func TestE2ELaunchAcrossTwoHosts(t *testing.T) {
 					t.Fatalf("node %d: exit %d\n%s", node, code, errs[node])
 				}
 			}
-			var sharded result
+			var sharded runOutcome
 			if err := json.Unmarshal([]byte(outs[0]), &sharded); err != nil {
 				t.Fatalf("node 0 printed %q: %v", outs[0], err)
 			}
