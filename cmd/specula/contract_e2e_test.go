@@ -99,9 +99,12 @@ func TestE2EInterruptedWritesLeaveNothing(t *testing.T) {
 		nothingLeftIn(t, parent)
 	})
 	t.Run("quantize", func(t *testing.T) {
-		// A source large enough that its write takes a while.
+		// A source large enough that its write takes a while: 12 layers
+		// (about 1 GB) give about a second of writing on the 2-core dev
+		// machine; 4 layers gave 0.1 s, which a loaded machine could let
+		// pass between seeing the write begin and the interrupt landing.
 		src := filepath.Join(t.TempDir(), "src")
-		if _, stderr, code := execSpecula(t, "synth", "--layers", "4", "--vocab", "1024", "--dtype", "float32", "--out", src); code != 0 {
+		if _, stderr, code := execSpecula(t, "synth", "--layers", "12", "--vocab", "1024", "--dtype", "float32", "--out", src); code != 0 {
 			t.Fatalf("synth: exit %d\n%s", code, stderr)
 		}
 		parent := t.TempDir()
