@@ -120,14 +120,14 @@ func planShard(cfg *Config, rank, ranks int) (*shard, *Config, error) {
 			return nil, nil, err
 		}
 	}
-	// even is rank's share of n things (Binder.Share); spread is the one of n things
+	// even is rank's share of n things; spread is the one of n things
 	// that rank's share of the others reads when the ranks outnumber them.
-	even := func(n int) nn.Span { return nn.Span{Start: rank * n / ranks, Stop: (rank + 1) * n / ranks} }
+	even := func(n int) nn.Span { return evenShare(rank, ranks, n) }
 	spread := func(n int) nn.Span {
 		if n%ranks == 0 {
 			return even(n)
 		}
-		i := rank * n / ranks
+		i := even(n).Start
 		return nn.Span{Start: i, Stop: i + 1}
 	}
 	s := &shard{
@@ -177,6 +177,12 @@ func (b *Binder) Ranks() (rank, ranks int) {
 // model is whole); the caller has checked that the ranks divide n.
 func (b *Binder) Share(n int) nn.Span {
 	rank, ranks := b.Ranks()
+	return evenShare(rank, ranks, n)
+}
+
+// evenShare is rank's share of n things split evenly over ranks: the cut
+// planShard makes of heads and rows, and Binder.Share of an MLP's widths.
+func evenShare(rank, ranks, n int) nn.Span {
 	return nn.Span{Start: rank * n / ranks, Stop: (rank + 1) * n / ranks}
 }
 
