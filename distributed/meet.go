@@ -38,9 +38,13 @@ type Peers struct {
 	fail  chan error // the first failure of another node
 	once  sync.Once
 
-	mu      sync.Mutex
-	ended   map[int]error // node 0: how each other node's ranks ended, by node
-	endedCh chan int      // node 0: a node's end was recorded
+	ended chan nodeEnd // node 0: each other node's end, as it arrives
+}
+
+// nodeEnd is how another node's ranks ended (err nil: they succeeded).
+type nodeEnd struct {
+	node int
+	err  error
 }
 
 // peerConn is one connection between launchers, with one JSON message per
@@ -254,8 +258,7 @@ func (p *Peers) watch() {
 		}()
 		return
 	}
-	p.ended = map[int]error{}
-	p.endedCh = make(chan int, len(p.conns))
+	p.ended = make(chan nodeEnd, len(p.conns))
 	for _, pc := range p.conns {
 		go func() {
 			var end error
@@ -267,10 +270,7 @@ func (p *Peers) watch() {
 			} else if m.Err != "" {
 				end = fmt.Errorf("%s failed: %s", p.c.NodeName(pc.node), m.Err)
 			}
-			p.mu.Lock()
-			p.ended[pc.node] = end
-			p.mu.Unlock()
-			p.endedCh <- pc.node
+			p.ended <- nodeEnd{pc.node, end}
 			if end != nil {
 				p.failed(end)
 			}
@@ -313,17 +313,21 @@ func (p *Peers) Finish(result error, wait time.Duration) error {
 	if p.node != 0 || len(p.conns) == 0 {
 		return nil
 	}
-	var order []int // nodes in the order their ends arrived
+	var first error         // the first failure to arrive
+	heard := map[int]bool{} // the nodes whose end arrived
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for len(order) < len(p.conns) {
+	for len(heard) < len(p.conns) {
 		select {
-		case n := <-p.endedCh:
-			order = append(order, n)
+		case e := <-p.ended:
+			heard[e.node] = true
+			if first == nil {
+				first = e.err
+			}
 		case <-timer.C:
 			var silent []string
 			for n := range p.conns {
-				if !slices.Contains(order, n) {
+				if !heard[n] {
 					silent = append(silent, p.c.NodeName(n))
 				}
 			}
@@ -331,14 +335,7 @@ func (p *Peers) Finish(result error, wait time.Duration) error {
 			return fmt.Errorf("%s did not say how their ranks ended within %v after node 0's ended", strings.Join(silent, ", "), wait)
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, n := range order {
-		if err := p.ended[n]; err != nil {
-			return err
-		}
-	}
-	return nil
+	return first
 }
 
 func (p *Peers) closeAll() {
