@@ -787,8 +787,8 @@ mx::array sdpa_composed(const mx::array& q, const mx::array& k,
   mx::array kk = mx::astype(k, mx::float32, s), vv = mx::astype(v, mx::float32, s);
   if (group > 1) {  // one matmul per key head over its group of query heads
     qs = mx::unflatten(qs, 1, {kv_heads, group}, s);
-    kk = mx::expand_dims(k, 2, s);
-    vv = mx::expand_dims(v, 2, s);
+    kk = mx::expand_dims(kk, 2, s);
+    vv = mx::expand_dims(vv, 2, s);
   }
   mx::array scores = mx::matmul(qs, mx::swapaxes(kk, -1, -2, s), s);
   std::optional<mx::array> keep;
