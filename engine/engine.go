@@ -370,15 +370,16 @@ func (e *Engine) HasDraft() bool { return e.draft != nil || e.drafter != nil }
 // newCore builds the per-request speculation core over the request's caches.
 func (e *Engine) newCore(eos []int32, req Request, targetCaches, draftCaches []cache.Cache) *speculation.Core {
 	cfg := speculation.Config{
-		Target:        e.target,
-		TargetCaches:  targetCaches,
-		MaxDepth:      e.plan.Speculation.MaxDepth,
-		SelectorDepth: e.plan.Speculation.FixedDepth,
-		EOS:           eos,
-		FixedDepth:    req.FixedDepth,
-		Controller:    e.controller,
-		Logger:        e.log,
-		NoPipeline:    req.NoPipeline || pipelineOff,
+		Target:          e.target,
+		TargetCaches:    targetCaches,
+		MaxDepth:        e.plan.Speculation.MaxDepth,
+		SelectorDepth:   e.plan.Speculation.FixedDepth,
+		ConfidenceFloor: e.confidenceFloor(),
+		EOS:             eos,
+		FixedDepth:      req.FixedDepth,
+		Controller:      e.controller,
+		Logger:          e.log,
+		NoPipeline:      req.NoPipeline || pipelineOff,
 	}
 	switch {
 	case req.Drafter != nil:
@@ -490,6 +491,20 @@ func (e *Engine) Free(ctx context.Context) error {
 		return nil
 	})
 	return errors.Join(err, closeErr)
+}
+
+// confidenceFloor is the manifest's confidence_floor, else the default of
+// the device the request runs on (it must run on the MLX worker): on the
+// CPU a verified row costs nearly a decode step, so unlikely drafts are cut;
+// on a GPU rows are nearly free and the cut's wait on the draft is not.
+func (e *Engine) confidenceFloor() float64 {
+	if f := e.plan.Speculation.ConfidenceFloor; f != nil {
+		return *f
+	}
+	if mlx.CurrentDevice() == mlx.CPU {
+		return manifests.DefaultConfidenceFloor
+	}
+	return 0
 }
 
 // seededDepth is the depth of seeded sampled requests: the selector's fixed

@@ -410,7 +410,17 @@ func (d *decoder) speculation(line int, prims map[string]toml.Primitive) error {
 		{key: "enabled", set: boolean(&s.Enabled)},
 		{key: "max_depth", set: integer(&s.MaxDepth, 0, MaxDepthLimit, " (0 = no cap)")},
 		{key: "selector_depth", set: integer(&s.SelectorDepth, 1, MaxDepthLimit, "")},
+		{key: "confidence_floor", set: optFloat(&s.ConfidenceFloor, checkConfidenceFloor)},
 	})
+}
+
+// checkConfidenceFloor accepts a probability below 1 (a floor of 1 would
+// cut every proposal to its first draft, which max_depth = 1 says plainly).
+func checkConfidenceFloor(x float64) error {
+	if !(x >= 0 && x < 1) {
+		return fmt.Errorf("= %v is out of range: want 0 <= confidence_floor < 1 (0 verifies every draft)", x)
+	}
+	return nil
 }
 
 func (d *decoder) sampling(line int, prims map[string]toml.Primitive) error {

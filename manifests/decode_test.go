@@ -194,6 +194,14 @@ func TestDecodeErrors(t *testing.T) {
 			`:8: [speculation] selector_depth = 0 is out of range: want 1..64`},
 		{"selector_depth too large", withTarget(`[speculation]`, `selector_depth = 100`), manifests.ErrValue,
 			`:8: [speculation] selector_depth = 100 is out of range: want 1..64`},
+		{"confidence_floor of 1", withTarget(`[speculation]`, `confidence_floor = 1`), manifests.ErrValue,
+			`:8: [speculation] confidence_floor = 1 is out of range: want 0 <= confidence_floor < 1 (0 verifies every draft)`},
+		{"confidence_floor negative", withTarget(`[speculation]`, `confidence_floor = -0.1`), manifests.ErrValue,
+			`:8: [speculation] confidence_floor = -0.1 is out of range: want 0 <= confidence_floor < 1 (0 verifies every draft)`},
+		{"confidence_floor not a number", withTarget(`[speculation]`, `confidence_floor = nan`), manifests.ErrValue,
+			`:8: [speculation] confidence_floor = NaN is out of range: want 0 <= confidence_floor < 1 (0 verifies every draft)`},
+		{"confidence_floor as a string", withTarget(`[speculation]`, `confidence_floor = "0.3"`), manifests.ErrType,
+			`:8: [speculation] confidence_floor must be a number, not a string ("0.3")`},
 
 		// Sampling ranges.
 		{"negative temperature", withTarget(`[sampling]`, `temperature = -0.1`), manifests.ErrValue,
@@ -290,6 +298,7 @@ func TestDecodeValid(t *testing.T) {
 		`enabled = false`,
 		`max_depth = 0`,
 		`selector_depth = 64`,
+		`confidence_floor = 0.45`,
 		``,
 		`[sampling]`,
 		`temperature = 1`,
@@ -329,6 +338,10 @@ func TestDecodeValid(t *testing.T) {
 	check("Draft.Plugin", m.Draft.Plugin, "acme-dflash3")
 	check("Draft.SHA256", m.Draft.SHA256, sha)
 	check("Draft.Weightless", m.Draft.Weightless, true)
+	if f := m.Speculation.ConfidenceFloor; f == nil || *f != 0.45 {
+		t.Errorf("Speculation.ConfidenceFloor = %v; want 0.45", f)
+	}
+	m.Speculation.ConfidenceFloor = nil
 	check("Speculation", m.Speculation, manifests.Speculation{Enabled: false, MaxDepth: 0, SelectorDepth: 64})
 	s := m.Sampling
 	check("Temperature (integer accepted)", *s.Temperature, 1.0)

@@ -128,6 +128,9 @@ func checkAccepted(t *testing.T, m *manifests.Manifest) {
 	if s.MaxDepth < 0 || s.MaxDepth > 64 || s.SelectorDepth < 1 || s.SelectorDepth > 64 {
 		fail("speculation %+v", s)
 	}
+	if f := s.ConfidenceFloor; f != nil && !(*f >= 0 && *f < 1) {
+		fail("confidence_floor = %v", *f)
+	}
 	sp := m.Sampling
 	finite := func(name string, p *float64, ok func(float64) bool) {
 		t.Helper()

@@ -115,6 +115,14 @@ type Speculation struct {
 	// (DFlash2) proposes per round (1..64, default 7; spec/speculation.md
 	// section 8.1).
 	SelectorDepth int
+	// ConfidenceFloor (confidence_floor, 0 <= x < 1; nil: unset) lets a
+	// round verify only the leading drafts whose estimated chance of all
+	// being accepted — the product of the draft's own probabilities of
+	// them — is at least this; 0 verifies every draft. Unset means
+	// DefaultConfidenceFloor on the CPU, where each verified row costs
+	// nearly as much as a decode step, and 0 on a GPU, where rows are
+	// nearly free and the cut's wait on the draft is not.
+	ConfidenceFloor *float64
 }
 
 // Speculation defaults and limits.
@@ -125,6 +133,11 @@ const (
 	// has a block larger than 16, so 64 leaves room without admitting typos
 	// like 700.
 	MaxDepthLimit = 64
+	// DefaultConfidenceFloor is confidence_floor's CPU default: on go-tiny's
+	// trained DFlash2 draft (docs/PERFORMANCE.md) floors of 0.3-0.45
+	// verified 2.5-3.1 drafts a round instead of 7 for 3-8 % fewer
+	// accepted tokens.
+	DefaultConfidenceFloor = 0.3
 )
 
 // Sampling is the [sampling] table: defaults for requests that do not set

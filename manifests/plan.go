@@ -154,6 +154,9 @@ type SpeculationPlan struct {
 	// max_depth when that is set (spec/speculation.md section 5.1); 0 in
 	// other modes.
 	FixedDepth int
+	// ConfidenceFloor is the manifest's confidence_floor (nil: unset, the
+	// engine picks by device; see Speculation.ConfidenceFloor).
+	ConfidenceFloor *float64
 }
 
 // WeightStatus says whether a checkpoint's weights can be loaded.

@@ -610,7 +610,7 @@ func attach(u model.TargetUser, t model.DraftTarget) (err error) {
 // have no effect.
 func (r *resolver) speculation() {
 	s, d := r.m.Speculation, r.plan.Draft
-	sp := SpeculationPlan{Mode: ModeOff, MaxDepth: s.MaxDepth}
+	sp := SpeculationPlan{Mode: ModeOff, MaxDepth: s.MaxDepth, ConfidenceFloor: s.ConfidenceFloor}
 	hasSpec := r.m.line("speculation") > 0
 	switch {
 	case d == nil:

@@ -145,3 +145,38 @@ func outcome(flags, drafts, res, bonus *mlx.Array) *mlx.Array {
 	next := mlx.Take(mlx.Concatenate(0, res, mlx.AsType(mlx.Reshape(bonus, 1), mlx.Int32)), a, 0)
 	return mlx.Concatenate(0, mlx.Reshape(a, 1), drafts, mlx.Reshape(next, 1))
 }
+
+// truncate cuts a proposal that carries confidences before its first draft
+// whose product of confidences with every draft before it — at temperature
+// 0 the draft's estimate that all of them are accepted — is below the
+// core's confidence floor (docs/dflash.md, "Verifying only the drafts the
+// draft is sure of"). The first draft is always kept. Any prefix of a
+// proposal is a proposal, and the confidences never depend on the drafted
+// tokens themselves, so only the number of verified rows changes, never
+// the output or its distribution.
+func (s *Session) truncate(cand *Candidates) (*Candidates, error) {
+	floor := s.core.cfg.ConfidenceFloor
+	if floor <= 0 || cand.Confidence == nil || cand.N() <= 1 {
+		return cand, nil
+	}
+	conf, err := cand.Confidence.Float32s()
+	if err != nil {
+		return nil, err
+	}
+	return cand.Prefix(confidentPrefix(conf, floor)), nil
+}
+
+// confidentPrefix is the number of leading drafts to verify: at least one,
+// and then every draft while the running product of conf stays at or above
+// floor.
+func confidentPrefix(conf []float32, floor float64) int {
+	k, p := 1, float64(conf[0])
+	for k < len(conf) {
+		p *= float64(conf[k])
+		if p < floor {
+			break
+		}
+		k++
+	}
+	return k
+}

@@ -178,12 +178,43 @@ func (s *blockSession) Propose(current *mlx.Array, max int) *Candidates {
 	rows := mlx.SliceAxis(hidden, 1, 1, n+1)
 	logits := s.d.draft.Unembed(rows)
 	if s.d.selector != nil {
-		tokens, ids, probs := s.d.selector.Select(rows, logits, current, s.sampler.Choose)
+		// The selector's confidence, taken where it chooses: its scores
+		// given the previous choice are calibrated (measured on go-tiny,
+		// docs/PERFORMANCE.md), the candidates' own logits are not.
+		var conf []*mlx.Array
+		rowsSeen := 0
+		choose := func(ids, scores *mlx.Array) (*mlx.Array, *mlx.Array) {
+			tok, probs := s.sampler.Choose(ids, scores)
+			conf = append(conf, rowConfidence(scores))
+			rowsSeen += ids.Dim(0)
+			return tok, probs
+		}
+		tokens, ids, probs := s.d.selector.Select(rows, logits, current, choose)
 		k := ids.Dim(2)
 		dist := sample.Distribution{IDs: mlx.Reshape(ids, n, k), Probs: mlx.Reshape(probs, n, k)}
-		return &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist}
+		cand := &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist}
+		if rowsSeen == n {
+			cand.Confidence = mlx.Concatenate(0, conf...)
+		}
+		return cand
 	}
-	dist := s.sampler.Distribution(mlx.Reshape(logits, n, logits.Dim(-1)), nil)
+	flat := mlx.Reshape(logits, n, logits.Dim(-1))
+	dist := s.sampler.Distribution(flat, nil)
 	tokens := s.sampler.SampleDistribution(dist)
-	return &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist}
+	return &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist, Confidence: rowConfidence(flat)}
+}
+
+// rowConfidence is the largest probability of each row of logits [n, K]
+// at temperature 1, as float32 [n]: how sure the draft is of a position,
+// whichever token it then proposes there. It must not be the probability
+// of the proposed token: a cut that looked at the drawn token would verify
+// a draft only for some of its values, so under sampling the verified
+// drafts would no longer be distributed as their proposal says (a
+// chi-square test caught exactly that). At temperature 0 the two agree.
+func rowConfidence(logits *mlx.Array) *mlx.Array {
+	x := logits
+	if x.DType() != mlx.Float32 {
+		x = mlx.AsType(x, mlx.Float32)
+	}
+	return mlx.Exp(mlx.Subtract(mlx.Max(x, false, 1), mlx.LogSumExp(x, false, 1)))
 }

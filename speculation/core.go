@@ -27,6 +27,11 @@ type Config struct {
 	// FixedDepth, when > 0, pins every drafting session to this depth
 	// without training the controller (benchmarks sweep depths with it).
 	FixedDepth int
+	// ConfidenceFloor, when > 0, lets a round verify only the leading
+	// drafts whose product of confidences (Candidates.Confidence) is at
+	// least this (manifest speculation.confidence_floor); proposals that
+	// carry no confidences (plugins, the oracle) are verified whole.
+	ConfidenceFloor float64
 	// EOS lists the end-of-sequence token ids.
 	EOS []int32
 	// Controller is the depth controller to train; nil makes a fresh one.

@@ -130,6 +130,10 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 		s.endRound(0, 0, 0)
 		return []int32{tok}, nil
 	}
+	cand, err := s.truncate(cand)
+	if err != nil {
+		return nil, err
+	}
 	v, err := s.accept(d.position, d.current, cand)
 	if err != nil {
 		return nil, err

@@ -33,11 +33,34 @@ type Candidates struct {
 	Tokens *mlx.Array
 	// Dist holds the n proposal rows (dense [n, V] or sparse [n, K]).
 	Dist sample.Distribution
+	// Confidence, when not nil, says how sure the draft was at each
+	// position [n] (float32): the largest probability of the position's
+	// distribution at temperature 1, given the drafts before it — never a
+	// function of the draft drawn there, so that cutting on it keeps
+	// sampled verification exact. A round may verify only the leading
+	// drafts whose product of confidences reaches the confidence floor.
+	Confidence *mlx.Array
 }
 
 // Arrays returns the arrays of the proposal, for evaluation.
 func (c *Candidates) Arrays() []*mlx.Array {
-	return append([]*mlx.Array{c.Tokens}, c.Dist.Arrays()...)
+	out := append([]*mlx.Array{c.Tokens}, c.Dist.Arrays()...)
+	if c.Confidence != nil {
+		out = append(out, c.Confidence)
+	}
+	return out
+}
+
+// Prefix returns the first k drafts of c (0 < k <= N).
+func (c *Candidates) Prefix(k int) *Candidates {
+	if k == c.N() {
+		return c
+	}
+	out := &Candidates{Tokens: mlx.SliceAxis(c.Tokens, 1, 0, k), Dist: c.Dist.Slice(0, k)}
+	if c.Confidence != nil {
+		out.Confidence = mlx.SliceAxis(c.Confidence, 0, 0, k)
+	}
+	return out
 }
 
 // N is the number of drafts.

@@ -3,6 +3,7 @@ package speculation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -112,8 +113,14 @@ type markovRig struct {
 }
 
 func newMarkovRig(target, draft [][]float32, blockSize int, eos ...int32) *markovRig {
+	return newMarkovRigFloor(target, draft, blockSize, 0, eos...)
+}
+
+// newMarkovRigFloor is newMarkovRig whose rounds verify only the drafts
+// above a confidence floor.
+func newMarkovRigFloor(target, draft [][]float32, blockSize int, floor float64, eos ...int32) *markovRig {
 	caches := newCaches()
-	cfg := Config{Target: &markovTarget{table: target}, TargetCaches: caches[:1], EOS: eos}
+	cfg := Config{Target: &markovTarget{table: target}, TargetCaches: caches[:1], EOS: eos, ConfidenceFloor: floor}
 	if draft != nil {
 		cfg.Drafter = NewBlockDrafter(&markovDraft{table: draft, blockSize: blockSize}, caches[:1], caches[1:], false)
 	}
@@ -167,33 +174,49 @@ func TestGreedySpeculativeEqualsPlain(t *testing.T) {
 			eos    []int32
 		}{"eos " + string(rune('a'+i)), []int32{int32(i), int32((i + 5) % vocab)}, 30, 1 + i%7, []int32{int32((i * 7) % vocab)}})
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			mlxtest.Run(t, func(t *mlxtest.T) {
-				plain := newMarkovRig(target, nil, 0, c.eos...)
-				want, _, err := plain.generate(context.Background(), c.prompt, sample.Options{}, c.budget, -1, true)
-				t.NoErr(err)
-				spec := newMarkovRig(target, draft, 8, c.eos...)
-				got, st, err := spec.generate(context.Background(), c.prompt, sample.Options{}, c.budget, c.pin, false)
-				t.NoErr(err)
-				if !slices.Equal(got.Tokens, want.Tokens) || got.Reason != want.Reason {
-					t.Fatalf("speculative %v (%s), plain %v (%s)", got.Tokens, got.Reason, want.Tokens, want.Reason)
-				}
-				if len(got.Tokens) > c.budget {
-					t.Fatalf("%d tokens exceed the budget %d", len(got.Tokens), c.budget)
-				}
-				if o0, o1 := spec.caches[0].Offset(), spec.caches[1].Offset(); o0 != o1 {
-					t.Fatalf("target offset %d, draft offset %d after close", o0, o1)
-				}
-				if c.pin > 0 && c.budget > 2 && st.DraftRounds == 0 {
-					t.Fatalf("no drafting round ran: %+v", st)
-				}
-				if c.pin == 0 && st.DraftRounds != 0 {
-					t.Fatalf("depth 0 drafted: %+v", st)
-				}
+	drafted := map[float64]int{}
+	for _, floor := range []float64{0, 0.5} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s, confidence floor %g", c.name, floor), func(t *testing.T) {
+				drafted[floor] += greedyEqualsPlain(t, target, draft, c.prompt, c.budget, c.pin, c.eos, floor)
 			})
-		})
+		}
 	}
+	// The floor must have cut some rounds, or its cases proved nothing new.
+	if drafted[0.5] >= drafted[0] {
+		t.Fatalf("%d drafts verified with a confidence floor of 0.5, %d without: nothing was cut", drafted[0.5], drafted[0])
+	}
+}
+
+// greedyEqualsPlain runs one greedy request plainly and with the draft
+// (pinned at depth pin, or adaptive for -1; its rounds cut below floor) and
+// compares them. It returns the number of drafts verified.
+func greedyEqualsPlain(tt *testing.T, target, draft [][]float32, prompt []int32, budget, pin int, eos []int32, floor float64) (drafted int) {
+	mlxtest.Run(tt, func(t *mlxtest.T) {
+		plain := newMarkovRig(target, nil, 0, eos...)
+		want, _, err := plain.generate(context.Background(), prompt, sample.Options{}, budget, -1, true)
+		t.NoErr(err)
+		spec := newMarkovRigFloor(target, draft, 8, floor, eos...)
+		got, st, err := spec.generate(context.Background(), prompt, sample.Options{}, budget, pin, false)
+		t.NoErr(err)
+		if !slices.Equal(got.Tokens, want.Tokens) || got.Reason != want.Reason {
+			t.Fatalf("speculative %v (%s), plain %v (%s)", got.Tokens, got.Reason, want.Tokens, want.Reason)
+		}
+		if len(got.Tokens) > budget {
+			t.Fatalf("%d tokens exceed the budget %d", len(got.Tokens), budget)
+		}
+		if o0, o1 := spec.caches[0].Offset(), spec.caches[1].Offset(); o0 != o1 {
+			t.Fatalf("target offset %d, draft offset %d after close", o0, o1)
+		}
+		if pin > 0 && budget > 2 && st.DraftRounds == 0 {
+			t.Fatalf("no drafting round ran: %+v", st)
+		}
+		if pin == 0 && st.DraftRounds != 0 {
+			t.Fatalf("depth 0 drafted: %+v", st)
+		}
+		drafted = st.Drafted
+	})
+	return drafted
 }
 
 // An EOS accepted inside a drafted run ends the request there, emitted but not
@@ -274,23 +297,41 @@ func TestSampledSpeculativeFollowsTarget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("statistical test: slow in -short mode")
 	}
+	// A budget of 2 drafts one token, where nothing can be cut; a budget of
+	// 3 drafts two, and a floor of 0.25 verifies the second when the draft's
+	// confidences of both positions reach it together. The Markov draft's
+	// confidences depend only on the anchor here, so the floor keeps every
+	// second draft; had the cut used the probability of the drawn token
+	// instead (as a first version did), it would verify only some values
+	// of it, and this test failed with chi-square 88.9 against 51.3.
+	t.Run("every draft verified", func(t *testing.T) { sampledFollowsTarget(t, 0, 2) })
+	t.Run("confidence floor 0.25", func(t *testing.T) { sampledFollowsTarget(t, 0.25, 3) })
+}
+
+// sampledFollowsTarget checks the first two tokens of seeded sampled
+// requests of budget tokens, drafted at depth 3 and cut below floor.
+func sampledFollowsTarget(tt *testing.T, floor float64, budget int) {
 	const vocab = 5
 	target, draft := markovPair(11, vocab, 0.5, 1.2)
 	prompt := []int32{0, 3}
-	mlxtest.Run(t, func(t *mlxtest.T) {
+	mlxtest.Run(tt, func(t *mlxtest.T) {
 		const requests = 3000
-		r := newMarkovRig(target, draft, 8)
+		r := newMarkovRigFloor(target, draft, 8, floor)
 		counts := make([]float64, vocab*vocab)
-		drafted := 0
+		drafted, rounds, seconds := 0, 0, 0
 		for i := range requests {
 			opts := sample.Options{Temperature: 1, UseSeed: true, Seed: uint64(1000 + i)}
-			res, st, err := r.generate(context.Background(), prompt, opts, 2, 3, false)
+			res, st, err := r.generate(context.Background(), prompt, opts, budget, 3, false)
 			t.NoErr(err)
-			if len(res.Tokens) != 2 {
+			if len(res.Tokens) != budget {
 				t.Fatalf("request %d emitted %v", i, res.Tokens)
 			}
 			counts[int(res.Tokens[0])*vocab+int(res.Tokens[1])]++
 			drafted += st.Drafted
+			rounds += st.DraftRounds
+			if len(st.PositionDrafted) > 1 {
+				seconds += st.PositionDrafted[1]
+			}
 			r.caches[0].(*recordingCache).tokens = nil
 			r.caches[1].(*recordingCache).tokens = nil
 			mlx.Sweep()
@@ -298,8 +339,11 @@ func TestSampledSpeculativeFollowsTarget(t *testing.T) {
 		if drafted == 0 {
 			t.Fatalf("no draft was proposed; the test would not exercise acceptance")
 		}
+		if budget > 2 && seconds == 0 {
+			t.Fatalf("no second draft was verified: the test would not exercise the floor")
+		}
 		chiSquareJoint(t, target, prompt[1], counts, requests)
-		t.Logf("%d drafted", drafted)
+		t.Logf("%d drafted in %d rounds; %d second drafts verified", drafted, rounds, seconds)
 	})
 }
 

@@ -164,6 +164,9 @@ type fakeBlockDraft struct {
 	succ      map[int32]int32
 	blockSize int
 	calls     []blockCall
+	// hot, when set, is the logit of block row i+1's prediction (hotValue
+	// otherwise): it sets how sure the draft is of its i-th draft.
+	hot []float32
 }
 
 func (d *fakeBlockDraft) LoadWeights(map[string]*mlx.Array) error { return nil }
@@ -191,7 +194,24 @@ func (d *fakeBlockDraft) Forward(b *model.Batch, _, draftCaches []cache.Cache) (
 		preds[i] = d.succ[preds[i-1]]
 	}
 	h := oneHot(preds)
+	if d.hot != nil {
+		h = hotRows(preds, d.hot)
+	}
 	return h, h
+}
+
+// hotRows is oneHot(ids) with row r+1's hot logit hot[r] (rows past hot
+// keep hotValue).
+func hotRows(ids []int32, hot []float32) *mlx.Array {
+	v := make([]float32, len(ids)*fakeVocab)
+	for r, id := range ids {
+		x := float32(hotValue)
+		if r >= 1 && r-1 < len(hot) {
+			x = hot[r-1]
+		}
+		v[r*fakeVocab+int(id)] = x
+	}
+	return mlx.FromFloat32s(v, 1, len(ids), fakeVocab)
 }
 
 // fakeSelector adds Select: candidates [unary, 0] with scores [0, 2] in

@@ -119,6 +119,9 @@ type speculationOut struct {
 	Mode       string `json:"mode"`
 	MaxDepth   int    `json:"max_depth"`
 	FixedDepth int    `json:"fixed_depth,omitempty"`
+	// ConfidenceFloor is the manifest's confidence_floor (absent: the
+	// device's default).
+	ConfidenceFloor *float64 `json:"confidence_floor,omitempty"`
 }
 
 type samplingOut struct {
@@ -170,7 +173,7 @@ func (r *checkReport) fromPlan(p *manifests.Plan) {
 			r.Draft.MaskToken = &mask
 		}
 	}
-	r.Speculation = &speculationOut{Mode: string(p.Speculation.Mode), MaxDepth: p.Speculation.MaxDepth, FixedDepth: p.Speculation.FixedDepth}
+	r.Speculation = &speculationOut{Mode: string(p.Speculation.Mode), MaxDepth: p.Speculation.MaxDepth, FixedDepth: p.Speculation.FixedDepth, ConfidenceFloor: p.Speculation.ConfidenceFloor}
 	r.Sampling = samplingOf(p.Sampling)
 	r.Warnings = append(r.Warnings, p.Warnings...)
 }
@@ -347,14 +350,20 @@ func missingFrom(all, some []string) []string {
 }
 
 func describeSpeculation(s *speculationOut, haveDraft bool) string {
+	floor := fmt.Sprintf("; drafts verified while their confidence is at least %g on the CPU, all on a GPU (default)", manifests.DefaultConfidenceFloor)
+	if f := s.ConfidenceFloor; f != nil && *f > 0 {
+		floor = fmt.Sprintf("; drafts verified while their confidence is at least %g", *f)
+	} else if f != nil {
+		floor = "; every draft verified"
+	}
 	switch manifests.Mode(s.Mode) {
 	case manifests.ModeSelector:
-		return fmt.Sprintf("selector session, fixed depth %d", s.FixedDepth)
+		return fmt.Sprintf("selector session, fixed depth %d", s.FixedDepth) + floor
 	case manifests.ModeBlock:
 		if s.MaxDepth > 0 {
-			return fmt.Sprintf("block drafts, adaptive depth capped at %d", s.MaxDepth)
+			return fmt.Sprintf("block drafts, adaptive depth capped at %d", s.MaxDepth) + floor
 		}
-		return "block drafts, adaptive depth"
+		return "block drafts, adaptive depth" + floor
 	}
 	if haveDraft {
 		return "off (the draft is loaded but does not propose)"
