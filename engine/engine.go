@@ -101,7 +101,10 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpu, err := mlx.Call(ctx, func() (bool, error) { return mlx.GPUAvailable(), nil })
+	// The device the worker computes on, not whether the build has a GPU:
+	// with SPECULA_DEVICE=cpu a CUDA build runs on the CPU, where dtype
+	// "auto" must mean float32.
+	gpu, err := mlx.Call(ctx, func() (bool, error) { return mlx.CurrentDevice() == mlx.GPU, nil })
 	if err != nil {
 		return nil, err
 	}

@@ -148,7 +148,15 @@ func writeSynth(e *env, dir, shape string, q synth.Qwen35, tok *tokenizer.SmallB
 	if err := q.WriteContext(e.ctx, target); err != nil {
 		return err
 	}
-	manifest := fmt.Sprintf("# Random weights written by specula synth.\nschema = 1\nname = \"synth-%s\"\n\n[target]\npath = \"target\"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = \"auto\"\n", shape)
+	// float32 weights are asked for to compute in float32 (an oracle sweep,
+	// a parity check): "auto" would compute in bfloat16 on a GPU, and
+	// bfloat16 rounds a verification of several rows and a one-row step
+	// differently. bfloat16 weights keep "auto" (float32 on the CPU).
+	computeDType := "auto"
+	if q.DType == synth.Float32 {
+		computeDType = "float32"
+	}
+	manifest := fmt.Sprintf("# Random weights written by specula synth.\nschema = 1\nname = \"synth-%s\"\n\n[target]\npath = \"target\"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = %q\n", shape, computeDType)
 	if d != nil {
 		fmt.Fprintf(e.stderr, "writing a random %s draft (taps %v)\n", draftName, d.TargetLayerIDs)
 		if err := d.WriteContext(e.ctx, filepath.Join(dir, "draft")); err != nil {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/specula-dev/specula/manifests"
 )
 
 // synth checks every flag before writing: a bad one is exit 2, one line, and
@@ -49,5 +51,26 @@ func TestE2ESynthValidatesFirstAndWritesAtOnce(t *testing.T) {
 	_, stderr, code = execSpecula(t, "synth", "--out", out, "--vocab", "1024", "--layers", "2")
 	if code != 2 || !strings.Contains(stderr, "already exists and is not empty") {
 		t.Fatalf("synth over a full --out: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestE2ESynthManifestComputesInTheWeightsFloat32 checks the dtype each
+// synth manifest computes in: float32 weights compute in float32 on every
+// device (with "auto", an H200's float32 oracle sweep ran in bfloat16 and
+// MoE routing turned its rounding into different tokens), bfloat16 weights
+// in "auto".
+func TestE2ESynthManifestComputesInTheWeightsFloat32(t *testing.T) {
+	for _, c := range []struct{ storage, want string }{{"float32", "float32"}, {"bfloat16", "auto"}} {
+		out := filepath.Join(t.TempDir(), c.storage)
+		if _, stderr, code := execSpecula(t, "synth", "--out", out, "--vocab", "512", "--layers", "1", "--dtype", c.storage); code != 0 {
+			t.Fatalf("synth --dtype %s: exit %d\n%s", c.storage, code, stderr)
+		}
+		m, err := manifests.Load(filepath.Join(out, "manifest.toml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Target.DType) != c.want {
+			t.Errorf("synth --dtype %s: manifest [target] dtype = %q, want %q", c.storage, m.Target.DType, c.want)
+		}
 	}
 }
