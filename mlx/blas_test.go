@@ -158,3 +158,66 @@ func TestSmallRowProducts(t *testing.T) {
 		}
 	})
 }
+
+// A product of at least 2^18 multiply-adds has its columns cut into chunks
+// that the calling thread and a helper thread share. Which thread computes a
+// column, and where the cuts fall, must change nothing: every product equals,
+// bit for bit, the same weight multiplied in slices of 40 rows (too small to
+// be shared), and the float64 reference. Many products in a row let the
+// helper join some and miss others. SPECULA_SMALL_ROWS_THREADS=1 (a child
+// process) keeps every product on one thread.
+func TestSmallRowProductsOnTwoThreads(t *testing.T) {
+	if os.Getenv("SPECULA_BLAS") != "" {
+		t.Skipf("SPECULA_BLAS=%s leaves every product to the chosen library", os.Getenv("SPECULA_BLAS"))
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: the kernel has no helper thread")
+	}
+	one := os.Getenv("SPECULA_SMALL_ROWS_THREADS") == "1"
+	if os.Getenv("SPECULA_BLAS_CHILD") != "shared" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSmallRowProductsOnTwoThreads$", "-test.v")
+		cmd.Env = append(os.Environ(), "SPECULA_BLAS_CHILD=shared", "SPECULA_SMALL_ROWS_THREADS=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestSmallRowProductsOnTwoThreads") {
+			t.Fatalf("child with SPECULA_SMALL_ROWS_THREADS=1: %v\n%s", err, out)
+		}
+	}
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRand(t)
+		const n, slice = 1000, 40
+		for _, k := range []int{384, 37} {
+			w := randTensor(r, n, k).roundF32()
+			wm := w.mlx()
+			for rep := range 10 {
+				for _, m := range []int{1, 3, 8, 16} {
+					x := randTensor(r, m, k).roundF32()
+					xm := x.mlx()
+					before := mlx.SharedProducts()
+					got := mlx.Linear(xm, wm)
+					all := t.Float32s(got)
+					shared := mlx.SharedProducts() - before
+					if want := m*n*k >= 1<<18 && !one; (shared == 1) != want {
+						t.Fatalf("[%d, %d]·[%d, %d]ᵀ: shared %d times with the helper, want %v", m, k, n, k, shared, want)
+					}
+					if rep == 0 {
+						check(t, fmt.Sprintf("[%d, %d]·[%d, %d]ᵀ", m, k, n, k), got, matmulRef(x, transposeRef(w)), 1e-5, float64(k)*1e-6)
+					}
+					for j0 := 0; j0 < n; j0 += slice {
+						before := mlx.SharedProducts()
+						part := t.Float32s(mlx.Linear(xm, mlx.SliceAxis(wm, 0, j0, j0+slice)))
+						if mlx.SharedProducts() != before {
+							t.Fatalf("a [%d, %d]·[%d, %d]ᵀ slice was shared", m, k, slice, k)
+						}
+						for i := range m {
+							for j := range slice {
+								if a, b := all[i*n+j0+j], part[i*slice+j]; a != b {
+									t.Fatalf("[%d, %d]·[%d, %d]ᵀ: row %d column %d is %v in the whole product and %v in a slice", m, k, n, k, i, j0+j, a, b)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}

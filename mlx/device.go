@@ -43,6 +43,10 @@ func lastBLASThreads() int { return int(C.spx_blas_last_threads()) }
 // computed itself instead of the BLAS (shim/blas.cpp).
 func smallRowProducts() int { return int(C.spx_blas_small_row_products()) }
 
+// sharedProducts counts those of them whose columns the shim shared with its
+// helper thread.
+func sharedProducts() int { return int(C.spx_blas_shared_products()) }
+
 // GPUAvailable reports whether this MLX build has a usable GPU backend.
 func GPUAvailable() bool {
 	mustWorker()

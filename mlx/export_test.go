@@ -4,6 +4,7 @@ package mlx
 var (
 	LastBLASThreads  = lastBLASThreads
 	SmallRowProducts = smallRowProducts
+	SharedProducts   = sharedProducts
 )
 
 // SDPAComposed is ScaledDotProductAttention in its matmul-and-softmax form

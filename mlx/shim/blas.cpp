@@ -53,11 +53,22 @@
 #include <immintrin.h>
 #endif
 
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -71,6 +82,7 @@ using set_threads_fn = void (*)(int);
 // A few-rows kernel: (m, n, k, A, lda, W, ldw, C, ldc), see small_rows_avx2.
 using rows_fn = void (*)(int, int, int, const float*, int, const float*, int, float*, int);
 using get_threads_fn = int (*)(void);
+class rows_pool;
 
 // kParallelMultiplyAdds is the size (m*n*k) from which a product runs on
 // every core: about 2.7e8 multiply-adds, 10 ms or more on one core of the
@@ -91,6 +103,8 @@ struct blas_table {
   // Products of few rows go to this kernel (nullptr when SPECULA_BLAS chose
   // the library).
   rows_fn small_rows = nullptr;
+  // Shares products of few rows with a helper thread (nullptr: one thread).
+  rows_pool* pool = nullptr;
 };
 
 // kSmallRows is the most activation rows the kernel takes. On go-tiny's
@@ -100,6 +114,8 @@ struct blas_table {
 constexpr int kSmallRows = 16;
 
 std::atomic<long> small_row_products{0};
+// The products of few rows whose chunks the helper thread was offered.
+std::atomic<long> shared_products{0};
 
 // The kernel is C = A·Wᵀ for A [m, k] (row stride lda), W [n, k] (row
 // stride ldw), C [m, n] (row stride ldc), m ≤ kSmallRows. Each weight row is
@@ -264,6 +280,170 @@ rows_fn pick_small_rows() {
   return small_rows_portable;
 }
 
+// A second core for products of few rows. A verification multiplies 8 rows
+// by every weight of the target and a block draft 7-16 rows by the head:
+// there the kernel is bound by its arithmetic, and a decode step's larger
+// products by memory, which a second core also widens (24 to 44 GB/s on the
+// development machine). So a product of at least kSplitMultiplyAdds has its
+// weight rows (C's columns) cut into chunks that the calling thread and one
+// helper thread claim in turn. Claiming keeps the caller from waiting on a
+// helper the system has not scheduled (the reason OpenBLAS's own threads are
+// off for such products, see use_threads): when the helper is late the caller
+// takes every chunk itself, and it only ever waits for a chunk the helper has
+// claimed and is computing. Which thread computes a column changes nothing in
+// it: every (i, j) is the same dot product in the same order, so the results
+// stay bit-identical to one thread's and independent of the row count.
+// SPECULA_SMALL_ROWS_THREADS=1 keeps one thread.
+#if defined(__linux__)
+constexpr double kSplitMultiplyAdds = 262144.0;  // 2^18, about 10 µs of work
+// kChunkMultiplyAdds sizes a chunk: small enough that a late helper costs
+// the caller little, large enough that claiming costs nothing.
+constexpr int kChunkMultiplyAdds = 49152;
+// kHelperSpin is how long the helper keeps polling for the next product
+// before it sleeps: the products of one forward come tens of microseconds
+// apart, and waking a sleeping thread costs about as much.
+constexpr std::chrono::microseconds kHelperSpin{50};
+
+class rows_pool {
+ public:
+  // run computes the product with f on this thread and the helper, or
+  // returns false (nothing done) when the helper is busy with another
+  // caller's product.
+  bool run(rows_fn f, int m, int n, int k, const float* a, int lda, const float* w, int ldw,
+           float* c, int ldc) {
+    std::unique_lock<std::mutex> own(busy_, std::try_to_lock);
+    if (!own.owns_lock()) {
+      return false;
+    }
+    std::call_once(started_, [this] { std::thread([this] { helper(); }).detach(); });
+    int cols = kChunkMultiplyAdds / (m * k);
+    cols = std::max(8, cols / 8 * 8);
+    const uint32_t id = ++last_id_;
+    job_ = job{f, m, n, k, a, lda, w, ldw, c, ldc, cols};
+    const uint32_t chunks = uint32_t((n + cols - 1) / cols);
+    done_.store(0, std::memory_order_relaxed);
+    ticket_.store(uint64_t(id) << 32 | chunks, std::memory_order_release);
+    seq_.store(id, std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_seq_cst)) {
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seq_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    }
+    work(id);
+    // The helper is computing its last chunk. Should it share this core
+    // (the other one busy with another process), spinning would keep it
+    // off until the scheduler's slice ends: yield after a short spin.
+    for (int spins = 0; done_.load(std::memory_order_acquire) != chunks; spins++) {
+      if (spins < 256) {
+        spin_pause();
+      } else {
+        sched_yield();
+      }
+    }
+    return true;
+  }
+
+ private:
+  struct job {
+    rows_fn f;
+    int m, n, k;
+    const float* a;
+    int lda;
+    const float* w;
+    int ldw;
+    float* c;
+    int ldc, cols;
+  };
+
+  static void spin_pause() {
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+  }
+
+  // work computes chunks of product id until none is left, and returns how
+  // many it computed. A chunk is
+  // claimed by counting down the ticket (id, chunks left) with a
+  // compare-and-swap, so a thread still holding an older id claims nothing,
+  // and job_ stays as it is while any chunk of its product is unfinished.
+  int work(uint32_t id) {
+    int done = 0;
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      if (uint32_t(t >> 32) != id || uint32_t(t) == 0) {
+        return done;
+      }
+      if (!ticket_.compare_exchange_weak(t, t - 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        continue;
+      }
+      const job& j = job_;
+      const int first = int(uint32_t(t) - 1) * j.cols;
+      const int cols = std::min(j.cols, j.n - first);
+      j.f(j.m, cols, j.k, j.a, j.lda, j.w + size_t(first) * j.ldw, j.ldw, j.c + first, j.ldc);
+      done_.fetch_add(1, std::memory_order_release);
+      done++;
+      t = ticket_.load(std::memory_order_acquire);
+    }
+  }
+
+  // helper computes chunks of each product it sees. After a product it had
+  // a share of, it polls for the next one for kHelperSpin; when it came too
+  // late for the last one (this core was busy elsewhere), polling would
+  // only take time from other threads, so it sleeps at once.
+  void helper() {
+    uint32_t seen = 0;
+    bool helped = false;
+    for (;;) {
+      uint32_t id = seq_.load(std::memory_order_acquire);
+      if (id == seen && helped) {
+        const auto until = std::chrono::steady_clock::now() + kHelperSpin;
+        while ((id = seq_.load(std::memory_order_acquire)) == seen &&
+               std::chrono::steady_clock::now() < until) {
+          for (int q = 0; q < 32; q++) {
+            spin_pause();
+          }
+        }
+      }
+      if (id == seen) {
+        sleeping_.store(true, std::memory_order_seq_cst);
+        if (seq_.load(std::memory_order_seq_cst) == seen) {
+          syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seq_), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+        }
+        sleeping_.store(false, std::memory_order_relaxed);
+        continue;
+      }
+      seen = id;
+      helped = work(id) > 0;
+    }
+  }
+
+  std::mutex busy_;  // held by the caller whose product the pool is computing
+  std::once_flag started_;
+  uint32_t last_id_ = 0;
+  job job_{};
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<uint32_t> done_{0};
+  std::atomic<uint32_t> seq_{0};  // the latest product's id; the helper sleeps on it
+  std::atomic<bool> sleeping_{false};
+};
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex word");
+
+rows_pool* pick_pool() {
+  if (const char* e = std::getenv("SPECULA_SMALL_ROWS_THREADS"); e != nullptr && std::strcmp(e, "1") == 0) {
+    return nullptr;
+  }
+  if (std::thread::hardware_concurrency() < 2) {
+    return nullptr;
+  }
+  return new rows_pool();  // lives as long as the process, as does its thread
+}
+#else
+class rows_pool {
+ public:
+  bool run(rows_fn, int, int, int, const float*, int, const float*, int, float*, int) { return false; }
+};
+constexpr double kSplitMultiplyAdds = 0;
+rows_pool* pick_pool() { return nullptr; }
+#endif
+
 // CBLAS's codes for the arguments the kernel serves.
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
@@ -329,6 +509,9 @@ void load_table() {
   }
   if (env == nullptr) {
     table.small_rows = pick_small_rows();
+    if (table.small_rows != nullptr) {
+      table.pool = pick_pool();
+    }
     std::string dir = mlx_dir();
     if (!dir.empty()) {
       path = dir + "/../../openblas/libscipy_openblas.so";
@@ -381,7 +564,13 @@ void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha,
   if (blas().small_rows && order == kRowMajor && ta == kNoTrans && tb == kTrans && m >= 1 &&
       m <= kSmallRows && n >= 1 && k >= 1 && alpha == 1.0f && beta == 0.0f &&
       mnk < kParallelMultiplyAdds && lda >= k && ldb >= k && ldc >= n) {
-    blas().small_rows(m, n, k, a, lda, b, ldb, c, ldc);
+    const blas_table& t = blas();
+    if (t.pool != nullptr && mnk >= kSplitMultiplyAdds &&
+        t.pool->run(t.small_rows, m, n, k, a, lda, b, ldb, c, ldc)) {
+      shared_products.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      t.small_rows(m, n, k, a, lda, b, ldb, c, ldc);
+    }
     small_row_products.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -407,13 +596,20 @@ void cblas_cgemm(int order, int ta, int tb, int m, int n, int k, const void* alp
 // threaded.
 const char* spx_blas_name(void) {
   static const std::string name =
-      blas().name + (blas().small_rows ? "; x·Wᵀ of at most 16 rows by the shim's own kernel" : "");
+      blas().name + (blas().small_rows ? "; x·Wᵀ of at most 16 rows by the shim's own kernel" : "") +
+      (blas().pool ? ", on two threads from 2^18 multiply-adds" : "");
   return name.c_str();
 }
 
 // spx_blas_small_row_products counts the products the few-rows kernel served.
 long spx_blas_small_row_products(void) {
   return small_row_products.load(std::memory_order_relaxed);
+}
+
+// spx_blas_shared_products counts the few-rows products shared with the
+// helper thread.
+long spx_blas_shared_products(void) {
+  return shared_products.load(std::memory_order_relaxed);
 }
 
 // spx_blas_last_threads is the thread count OpenBLAS had for the most recent

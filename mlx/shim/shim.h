@@ -138,6 +138,8 @@ const char* spx_blas_name(void);
 int spx_blas_last_threads(void);
 /* How many CPU products the few-rows kernel of blas.cpp served. */
 long spx_blas_small_row_products(void);
+/* How many of those the kernel shared with its helper thread. */
+long spx_blas_shared_products(void);
 int spx_gpu_available(bool* out);
 int spx_default_stream(spx_stream* out, int device_type);
 int spx_new_stream(spx_stream* out, int device_type);
