@@ -294,8 +294,16 @@ rows_fn pick_small_rows() {
 // it: every (i, j) is the same dot product in the same order, so the results
 // stay bit-identical to one thread's and independent of the row count.
 // SPECULA_SMALL_ROWS_THREADS=1 keeps one thread.
+//
+// Only products of at least kSplitRows rows are shared. A decode step's
+// one-row products gained nothing measurable on the quiet development
+// machine (go-tiny plain decoding 266.8/255.8 tok/s on one thread against
+// 266.4/270.5 on two, 2026-12-04) for about 20 % more CPU time, and lost
+// under other processes' load; a verification's and a block draft's rows
+// gained (go-tiny's DFlash2 round 11.4/11.2 ms against 10.9/9.7).
 #if defined(__linux__)
 constexpr double kSplitMultiplyAdds = 262144.0;  // 2^18, about 10 µs of work
+constexpr int kSplitRows = 2;
 // kChunkMultiplyAdds sizes a chunk: small enough that a late helper costs
 // the caller little, large enough that claiming costs nothing.
 constexpr int kChunkMultiplyAdds = 49152;
@@ -441,6 +449,7 @@ class rows_pool {
   bool run(rows_fn, int, int, int, const float*, int, const float*, int, float*, int) { return false; }
 };
 constexpr double kSplitMultiplyAdds = 0;
+constexpr int kSplitRows = 0;
 rows_pool* pick_pool() { return nullptr; }
 #endif
 
@@ -565,7 +574,7 @@ void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha,
       m <= kSmallRows && n >= 1 && k >= 1 && alpha == 1.0f && beta == 0.0f &&
       mnk < kParallelMultiplyAdds && lda >= k && ldb >= k && ldc >= n) {
     const blas_table& t = blas();
-    if (t.pool != nullptr && mnk >= kSplitMultiplyAdds &&
+    if (t.pool != nullptr && mnk >= kSplitMultiplyAdds && m >= kSplitRows &&
         t.pool->run(t.small_rows, m, n, k, a, lda, b, ldb, c, ldc)) {
       shared_products.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -597,7 +606,7 @@ void cblas_cgemm(int order, int ta, int tb, int m, int n, int k, const void* alp
 const char* spx_blas_name(void) {
   static const std::string name =
       blas().name + (blas().small_rows ? "; x·Wᵀ of at most 16 rows by the shim's own kernel" : "") +
-      (blas().pool ? ", on two threads from 2^18 multiply-adds" : "");
+      (blas().pool ? ", on two threads from 2 rows and 2^18 multiply-adds" : "");
   return name.c_str();
 }
 
