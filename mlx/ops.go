@@ -795,6 +795,43 @@ func TopKCPU(a *Array, k int) (ids, vals *Array, ok bool) {
 	return wrap(i), wrap(v), true
 }
 
+// SelectorWalkCPU walks DFlash2's candidate lattice greedily as one node
+// on the CPU: for candidate ids [n, K] (int32), their unary scores [n, K],
+// the projected rows u [n, R], the candidates' successor rows succ [n, K,
+// R] and the predecessor table [V, R] (all float32), starting after anchor
+// [1] (int32), position p scores candidate j as unary[p, j] + Σ_r
+// (table[prev, r]·u[p, r])·succ[p, j, r] with prev the token chosen at
+// p − 1 (the anchor at p = 0), and chooses the first largest score. It
+// returns the tokens [n] (int32), their one-hot rows [n, K] (float32), each
+// position's largest softmax probability at temperature 1 [n] (float32),
+// and true; nils and false when the kernel does not serve the call (not the
+// CPU, other dtypes or shapes). The scores equal the composition's up to
+// the order of the sum over R.
+func SelectorWalkCPU(ids, unary, u, succ, table, anchor *Array) (tokens, probs, conf *Array, ok bool) {
+	for _, a := range []*Array{ids, unary, u, succ, table, anchor} {
+		if !must(a).Valid() {
+			return nil, nil, nil, false
+		}
+	}
+	if CurrentDevice() != CPU {
+		return nil, nil, nil, false
+	}
+	var t, p, c C.spx_array
+	if err := status(C.spx_selector_walk_cpu(&t, &p, &c, ids.c, unary.c, u.c, succ.c, table.c, anchor.c, defaultStream)); err != nil {
+		for _, o := range []C.spx_array{t, p, c} {
+			if o.ctx != nil {
+				C.spx_array_free(o)
+			}
+		}
+		record(err)
+		return empty(), empty(), empty(), true
+	}
+	if t.ctx == nil {
+		return nil, nil, nil, false
+	}
+	return wrap(t), wrap(p), wrap(c), true
+}
+
 // RoPE rotates the first dims features of x [..., L, D] for positions
 // offset … offset+L−1. traditional pairs adjacent dims; otherwise dim j pairs
 // with j + dims/2 (rotate-half, "neox").

@@ -151,6 +151,18 @@ type Selector interface {
 	Select(hidden, logits, anchor *mlx.Array, choose ChooseFunc) (tokens, ids, probs *mlx.Array)
 }
 
+// GreedySelector is a Selector that can also make its greedy walk in one
+// step (a fused kernel where the device has one), for requests at
+// temperature 0. SelectGreedy returns what Select returns with a greedy
+// choose — the argmax tokens [1, n] (lowest index on ties), the candidate
+// ids [1, n, K] and one-hot proposals [1, n, K] — and each position's
+// largest probability of its scores at temperature 1 [n] (float32); ok is
+// false when it cannot serve the call (the caller then uses Select).
+type GreedySelector interface {
+	Selector
+	SelectGreedy(hidden, logits, anchor *mlx.Array) (tokens, ids, probs, confidence *mlx.Array, ok bool)
+}
+
 // TargetUser is implemented by drafts that borrow from their target (the
 // token embeddings and the output head) and condition on its layer taps.
 // AttachTarget validates the draft against the target (hidden size,

@@ -177,6 +177,13 @@ func (s *blockSession) Propose(current *mlx.Array, max int) *Candidates {
 	// Row i predicts the token at its own slot; row 0 (the anchor) is unused.
 	rows := mlx.SliceAxis(hidden, 1, 1, n+1)
 	logits := s.d.draft.Unembed(rows)
+	if gs, ok := s.d.selector.(model.GreedySelector); ok && s.sampler.Temperature() <= 0 {
+		if tokens, ids, probs, conf, ok := gs.SelectGreedy(rows, logits, current); ok {
+			k := ids.Dim(2)
+			dist := sample.Distribution{IDs: mlx.Reshape(ids, n, k), Probs: mlx.Reshape(probs, n, k)}
+			return &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist, Confidence: conf}
+		}
+	}
 	if s.d.selector != nil {
 		// The selector's confidence, taken where it chooses: its scores
 		// given the previous choice are calibrated (measured on go-tiny,

@@ -120,6 +120,32 @@ func (s *selector) walk(hidden, logits, anchor *mlx.Array, choose model.ChooseFu
 	return tokens, mlx.Reshape(ids, 1, n, k), probs
 }
 
+// walkGreedy is walk with a greedy choose as one CPU node
+// (mlx.SelectorWalkCPU), plus each position's confidence; ok is false when
+// the kernel cannot serve it (not the CPU, a quantized or non-float32
+// predecessor table).
+func (s *selector) walkGreedy(hidden, logits, anchor *mlx.Array) (tokens, ids, probs, conf *mlx.Array, ok bool) {
+	t := s.pred.Table
+	if !t.Quant.IsZero() || t.Weight.DType() != mlx.Float32 || mlx.CurrentDevice() != mlx.CPU {
+		return nil, nil, nil, nil, false
+	}
+	ids, unary, u, succ := s.rows(hidden, logits)
+	n, k := ids.Dim(0), ids.Dim(1)
+	tok, pr, conf, ok := mlx.SelectorWalkCPU(ids, unary, u, succ, t.Weight, mlx.AsType(anchor, mlx.Int32))
+	if !ok {
+		return nil, nil, nil, nil, false
+	}
+	return mlx.Reshape(tok, 1, n), mlx.Reshape(ids, 1, n, k), mlx.Reshape(pr, 1, n, k), conf, true
+}
+
+// SelectGreedy is Select at temperature 0 as one node on the CPU (see
+// model.GreedySelector): the same walk, scores equal up to the order of the
+// pairwise term's sum, and each position's largest probability at
+// temperature 1.
+func (d *Draft) SelectGreedy(hidden, logits, anchor *mlx.Array) (tokens, ids, probs, confidence *mlx.Array, ok bool) {
+	return d.mustSelector().walkGreedy(hidden, logits, anchor)
+}
+
 // Select walks the candidate lattice of block rows hidden [1, n, H] with
 // their logits [1, n, V] (from Unembed), starting after anchor [1], and calls
 // choose once per position with that position's K candidate ids and the K

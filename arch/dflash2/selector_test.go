@@ -220,3 +220,81 @@ func argmax(v []float64) int {
 	}
 	return best
 }
+
+// The fused greedy walk (SelectGreedy, one CPU node) takes the tiny
+// lattice's greedy path with one-hot rows, and reports each position's
+// largest probability at temperature 1 given the chosen predecessor, as
+// worked out on the host.
+func TestSelectGreedyOnTheHost(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			t.Skip("the fused walk is a CPU kernel")
+		}
+		sel := tinySelector()
+		hidden, logits, anchor := sel.tinyInputs()
+		tokens, ids, probs, conf, ok := sel.walkGreedy(hidden, logits, anchor)
+		if !ok {
+			t.Fatalf("the CPU kernel did not serve a float32 selector")
+		}
+		ids0, p0 := hostRow(0, tiny.anchor, 1)
+		j0 := argmax(p0)
+		ids1, p1 := hostRow(1, ids0[j0], 1)
+		j1 := argmax(p1)
+		if got, want := t.Int32s(tokens), []int32{ids0[j0], ids1[j1]}; !slices.Equal(got, want) {
+			t.Errorf("greedy path %v, want %v", got, want)
+		}
+		if got, want := t.Int32s(ids), append(slices.Clone(ids0), ids1...); !slices.Equal(got, want) {
+			t.Errorf("candidates %v, want %v", got, want)
+		}
+		want := make([]float32, 6)
+		want[j0], want[3+j1] = 1, 1
+		if got := t.Float32s(probs); !slices.Equal(got, want) {
+			t.Errorf("probs %v, want %v", got, want)
+		}
+		c := t.Float32s(conf)
+		for p, w := range []float64{p0[j0], p1[j1]} {
+			if math.Abs(float64(c[p])-w) > 1e-6 {
+				t.Errorf("confidence %v, want [%.6f %.6f]", c, p0[j0], p1[j1])
+			}
+		}
+	})
+}
+
+// At go-tiny's selector shapes (7 positions, K 16, R 64, V 8192) with
+// random weights, the fused walk chooses the composed greedy walk's tokens
+// with the same one-hot rows, over several blocks and anchors.
+func TestSelectGreedyEqualsWalk(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			t.Skip("the fused walk is a CPU kernel")
+		}
+		const n, h, r, v, k = 7, 32, 64, 8192, 16
+		normal := func(seed uint64, shape ...int) *mlx.Array {
+			return mlx.RandomNormal(mlx.RandomKey(seed), mlx.Float32, 0, 1, shape...)
+		}
+		sel := &selector{
+			pred: &nn.Embedding{Table: nn.Dense(normal(1, v, r), nil), DType: mlx.Float32},
+			succ: &nn.Embedding{Table: nn.Dense(normal(2, v, r), nil), DType: mlx.Float32},
+			proj: nn.Dense(mlx.MultiplyScalar(normal(3, r, h), 0.3), nil),
+			topK: k,
+		}
+		for block := range 6 {
+			hidden := normal(uint64(10+block), 1, n, h)
+			// Logits with a few strong candidates, so the pairwise term
+			// often overrules the unary order.
+			logits := mlx.MultiplyScalar(normal(uint64(20+block), 1, n, v), 2)
+			anchor := mlx.FromInt32s([]int32{int32(block * 1000)}, 1)
+			tokens, ids, probs, _, ok := sel.walkGreedy(hidden, logits, anchor)
+			if !ok {
+				t.Fatalf("the CPU kernel did not serve a float32 selector")
+			}
+			wt, wi, wp := sel.walk(hidden, logits, anchor, sample.New(sample.Options{}, nil).Choose)
+			if got, want := t.Int32s(tokens), t.Int32s(wt); !slices.Equal(got, want) {
+				t.Fatalf("block %d: fused walk %v, composed walk %v", block, got, want)
+			}
+			if !slices.Equal(t.Int32s(ids), t.Int32s(wi)) || !slices.Equal(t.Float32s(probs), t.Float32s(wp)) {
+				t.Fatalf("block %d: candidates or one-hot rows differ", block)
+			}
+		}
+	})
+}

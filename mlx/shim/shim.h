@@ -286,6 +286,15 @@ int spx_dynamic_conv_cpu(spx_array* out, spx_array x, spx_array w, spx_array b, 
  * float32 as one node (topk.cpp); both stay empty when the kernel does not
  * serve the call. */
 int spx_topk_cpu(spx_array* ids, spx_array* vals, spx_array x, int k, spx_stream s);
+/* DFlash2's greedy selector walk as one CPU node (float32): tokens [n]
+ * (int32), one-hot probs [n, K] and each row's largest probability at
+ * temperature 1 [n], from candidate ids [n, K] (int32), unary scores [n, K],
+ * u [n, R], successor rows [n, K, R], the predecessor table [V, R] and the
+ * anchor [1] (int32). Returns 0 with *tokens empty when the call is not the
+ * kernel's (not the CPU, wrong dtypes or shapes). */
+int spx_selector_walk_cpu(spx_array* tokens, spx_array* probs, spx_array* conf, spx_array ids,
+                          spx_array unary, spx_array u, spx_array succ, spx_array table,
+                          spx_array anchor, spx_stream s);
 /* offset_array may be empty, then offset is used. */
 int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
              float base, float scale, int offset, spx_array offset_array,
