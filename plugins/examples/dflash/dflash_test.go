@@ -154,6 +154,10 @@ func writeManifest(t testing.TB, draft string) string {
 		fixtures.Dir(t, "qwen35-tiny"))
 	if draft != "" {
 		fmt.Fprintf(&b, "[draft]\npath = %q\ncapabilities = [\"draft\", \"block-draft\"]\n%s", fixtures.Dir(t, "dflash-tiny"), strings.TrimLeft(draft, "\n"))
+		// A plugin's proposals carry no confidences, so it verifies every
+		// draft; the in-process draft is held to the same (on the CPU it
+		// would otherwise cut its unsure drafts, docs/dflash.md).
+		b.WriteString("[speculation]\nconfidence_floor = 0\n")
 	}
 	b.WriteString("[sampling]\ntemperature = 0.0\n")
 	path := filepath.Join(t.TempDir(), "m.toml")
