@@ -14,6 +14,8 @@ import (
 	_ "github.com/specula-dev/specula/arch/all"
 	"github.com/specula-dev/specula/engine"
 	"github.com/specula-dev/specula/internal/fixtures"
+	"github.com/specula-dev/specula/manifests"
+	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/speculation"
 )
 
@@ -384,4 +386,51 @@ func TestNoDraft(t *testing.T) {
 			t.Fatalf("Load = %v; want an error not blamed on the draft", err)
 		}
 	})
+}
+
+// confidence_floor reaches the speculation core: on the fixture pair a high
+// floor verifies fewer drafts than none, the output stays plain decoding's,
+// and an unset floor drafts exactly as the device's default does (0.3 on
+// the CPU, 0 on a GPU).
+func TestConfidenceFloorFromManifest(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	plain := load(t, writeManifest(t, "", ""))
+	drafted := map[string]int{}
+	for _, floor := range []string{"0", "0.99", "", fmt.Sprint(manifests.DefaultConfidenceFloor)} {
+		extra := ""
+		if floor != "" {
+			extra = "[speculation]\nconfidence_floor = " + floor + "\n"
+		}
+		spec := load(t, writeManifest(t, "dflash2-tiny", extra))
+		for i := range 6 {
+			prompt := ref.PromptIDs[i%4 : 4+i]
+			want, err := plain.Generate(context.Background(), engine.Request{IDs: prompt, MaxTokens: 24}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := spec.Generate(context.Background(), engine.Request{IDs: prompt, MaxTokens: 24}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.IDs, want.IDs) {
+				t.Fatalf("floor %q, prompt %d: speculative %v, plain %v", floor, i, got.IDs, want.IDs)
+			}
+		}
+		drafted[floor] = spec.Totals().Drafted
+	}
+	if drafted["0.99"] >= drafted["0"] {
+		t.Fatalf("%d drafts verified with a floor of 0.99, %d with none: the floor was not applied", drafted["0.99"], drafted["0"])
+	}
+	gpu, err := mlx.Call(context.Background(), func() (bool, error) { return mlx.CurrentDevice() == mlx.GPU, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := fmt.Sprint(manifests.DefaultConfidenceFloor)
+	if gpu {
+		def = "0" // a GPU verifies every draft unless told otherwise
+	}
+	if drafted[""] != drafted[def] {
+		t.Fatalf("unset floor verified %d drafts, the device's default (%s) %d", drafted[""], def, drafted[def])
+	}
+	t.Logf("drafts verified: %v", drafted)
 }
