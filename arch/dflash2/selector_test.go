@@ -178,10 +178,8 @@ func TestGreedyWalk(t *testing.T) {
 		sel := tinySelector()
 		hidden, logits, anchor := sel.tinyInputs()
 		tokens, _, probs := sel.walk(hidden, logits, anchor, sample.New(sample.Options{}, nil).Choose)
-		ids0, p0 := hostRow(0, tiny.anchor, 1)
-		j0 := argmax(p0)
-		ids1, p1 := hostRow(1, ids0[j0], 1)
-		j1 := argmax(p1)
+		g := hostGreedyPath()
+		ids0, ids1, j0, j1 := g.ids[0], g.ids[1], g.pick[0], g.pick[1]
 		if got, want := t.Int32s(tokens), []int32{ids0[j0], ids1[j1]}; !slices.Equal(got, want) {
 			t.Errorf("greedy path %v, want %v", got, want)
 		}
@@ -211,6 +209,26 @@ func TestGreedyWalk(t *testing.T) {
 	})
 }
 
+// greedyPath is the tiny lattice's greedy walk worked out on the host: per
+// position the candidates given the chosen predecessor, their
+// probabilities at temperature 1, and the index chosen.
+type greedyPath struct {
+	ids   [2][]int32
+	probs [2][]float64
+	pick  [2]int
+}
+
+func hostGreedyPath() greedyPath {
+	var g greedyPath
+	prev := tiny.anchor
+	for p := range 2 {
+		g.ids[p], g.probs[p] = hostRow(p, prev, 1)
+		g.pick[p] = argmax(g.probs[p])
+		prev = g.ids[p][g.pick[p]]
+	}
+	return g
+}
+
 func argmax(v []float64) int {
 	best := 0
 	for i, x := range v {
@@ -236,10 +254,8 @@ func TestSelectGreedyOnTheHost(t *testing.T) {
 		if !ok {
 			t.Fatalf("the CPU kernel did not serve a float32 selector")
 		}
-		ids0, p0 := hostRow(0, tiny.anchor, 1)
-		j0 := argmax(p0)
-		ids1, p1 := hostRow(1, ids0[j0], 1)
-		j1 := argmax(p1)
+		g := hostGreedyPath()
+		ids0, ids1, p0, p1, j0, j1 := g.ids[0], g.ids[1], g.probs[0], g.probs[1], g.pick[0], g.pick[1]
 		if got, want := t.Int32s(tokens), []int32{ids0[j0], ids1[j1]}; !slices.Equal(got, want) {
 			t.Errorf("greedy path %v, want %v", got, want)
 		}
