@@ -74,3 +74,38 @@ func BenchmarkGatedDeltaScan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSDPACPU measures one go-tiny attention layer (6 query and 2 key
+// heads of 64) over 256 cached keys on the CPU in float32: a decode step's
+// one query and a verification's 4, causal, in the shim's form (SoftmaxCPU)
+// and MLX's (its scalar-exp Softmax).
+func BenchmarkSDPACPU(b *testing.B) {
+	for _, lq := range []int{1, 4} {
+		for _, form := range []string{"shim", "mlx"} {
+			b.Run(fmt.Sprintf("Lq%d/%s", lq, form), func(b *testing.B) {
+				mlxtest.Run(b, func(t *mlxtest.T) {
+					if mlx.CurrentDevice() != mlx.CPU {
+						t.Skip("SoftmaxCPU runs on the CPU")
+					}
+					r := newRand(b)
+					in := []*mlx.Array{randTensor(r, 1, 6, lq, 64).mlx(), randTensor(r, 1, 2, 256, 64).mlx(), randTensor(r, 1, 2, 256, 64).mlx()}
+					mlx.Pin(in...)
+					defer mlx.Free(in...)
+					t.Eval(in...)
+					attend := mlx.ScaledDotProductAttention
+					if form == "mlx" {
+						attend = mlx.SDPAMLX
+					}
+					mask := mlx.AttentionMask{Causal: lq > 1}
+					b.ResetTimer()
+					for range b.N {
+						if err := mlx.Eval(attend(in[0], in[1], in[2], 0.125, mask)); err != nil {
+							b.Fatal(err)
+						}
+						mlx.Sweep()
+					}
+				})
+			})
+		}
+	}
+}

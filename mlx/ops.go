@@ -711,6 +711,19 @@ func SigmoidMulCPU(a, b *Array, silu bool) (*Array, bool) {
 	return cpuNode(func(out *C.spx_array) C.int { return C.spx_sigmoid_mul_cpu(out, a.c, b.c, C.bool(silu), defaultStream) })
 }
 
+// SoftmaxCPU returns the softmax over a's last axis as one vectorised node,
+// and true, when the CPU kernel serves the call: the CPU device, float32, a
+// non-empty last axis. Each element equals the one MLX's Softmax computes on
+// the CPU, to the bit (attention on the CPU uses it). Otherwise it returns
+// nil and false.
+func SoftmaxCPU(a *Array) (*Array, bool) {
+	must(a)
+	if !a.Valid() || CurrentDevice() != CPU || a.DType() != Float32 || a.NDim() == 0 || a.Dim(-1) == 0 {
+		return nil, false
+	}
+	return cpuNode(func(out *C.spx_array) C.int { return C.spx_softmax_cpu(out, a.c, defaultStream) })
+}
+
 // cpuNode runs one of the shim's constructors of a vectorised CPU node,
 // which leaves out empty when its kernel does not serve the call: the node
 // and true; an empty array and true (the error recorded) when it failed;
@@ -867,14 +880,23 @@ type AttentionMask struct {
 // On a GPU, a half-precision block of 2 to 32 queries is computed as float32
 // matmuls and a softmax rather than by MLX's cuDNN kernel, whose plan MLX
 // rebuilds for every new key length (spx_sdpa in shim.cpp says why;
-// SPECULA_CUDNN_BLOCKS=1 keeps MLX's choice).
+// SPECULA_CUDNN_BLOCKS=1 keeps MLX's choice). On the CPU in float32 it is
+// MLX's own composition with SoftmaxCPU for MLX's scalar softmax: the same
+// values to the bit.
 func ScaledDotProductAttention(q, k, v *Array, scale float32, mask AttentionMask) *Array {
-	return sdpa(q, k, v, scale, mask, false)
+	return sdpa(q, k, v, scale, mask, sdpaAuto)
 }
 
-// sdpa is ScaledDotProductAttention; composed forces the matmul-and-softmax
-// form on any device (so tests can check it against MLX's kernels).
-func sdpa(q, k, v *Array, scale float32, mask AttentionMask, composed bool) *Array {
+// The forms sdpa can take.
+const (
+	sdpaAuto     = iota // the shim's choice (spx_sdpa)
+	sdpaComposed        // matmuls and a softmax on any device
+	sdpaMLX             // MLX's fast::scaled_dot_product_attention as it is
+)
+
+// sdpa is ScaledDotProductAttention in the given form (sdpaComposed and
+// sdpaMLX let tests check the shim's forms against MLX's).
+func sdpa(q, k, v *Array, scale float32, mask AttentionMask, form int) *Array {
 	must(q)
 	must(k)
 	must(v)
@@ -885,9 +907,9 @@ func sdpa(q, k, v *Array, scale float32, mask AttentionMask, composed bool) *Arr
 	}
 	defer C.free(unsafe.Pointer(mode))
 	return build(func(out *C.spx_array) C.int {
-		if composed {
+		if form == sdpaComposed {
 			return C.spx_sdpa_composed(out, q.c, k.c, v.c, C.float(scale), mode, h(mask.Array), defaultStream)
 		}
-		return C.spx_sdpa(out, q.c, k.c, v.c, C.float(scale), mode, h(mask.Array), C.spx_array{}, defaultStream)
+		return C.spx_sdpa(out, q.c, k.c, v.c, C.float(scale), mode, h(mask.Array), C.spx_array{}, C.bool(form == sdpaMLX), defaultStream)
 	}, q, k, v, mask.Array)
 }

@@ -24,7 +24,13 @@
 // SiLU), the same way: one multiply and one add per tap, each rounded to
 // float32 as the compiled kernel rounds them (it is built without FMA), then
 // s · σ(s).
+//
+// SoftmaxCPU is MLX's CPU Softmax in float32 (attention's, through
+// shim.cpp's sdpa_cpu): the exps eight at a time with the same exp, the
+// maximum (order-free on finite rows) and the sum in row order, each row's
+// sum a chain of its own, eight rows' chains interleaved.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -358,7 +364,172 @@ class DynamicConvCPU : public mx::UnaryPrimitive {
   int group_;
 };
 
+// softmax_row_mlx is one row of MLX's CPU Softmax for float32 (backend/cpu/
+// softmax.cpp, N = 1 on x86): the maximum in row order (a NaN wins, the last
+// one seen), exp(x − max) through MLX's scalar exp, their sum in row order
+// from 0, then each exp times 1 / sum. x has element stride xst; y is
+// contiguous.
+inline void softmax_row_mlx(const float* x, int64_t xst, float* y, int n) {
+  float m = -INFINITY;
+  for (int j = 0; j < n; j++) {
+    const float v = x[j * xst];
+    m = std::isnan(v) ? v : (v > m ? v : m);
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < n; j++) {
+    y[j] = mlx_exp(x[j * xst] - m);
+    sum = sum + y[j];
+  }
+  const float inv = 1 / sum;
+  for (int j = 0; j < n; j++) {
+    y[j] = y[j] * inv;
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// softmax_rows_avx2 does up to eight contiguous rows of n floats (x[r], y[r];
+// a missing row repeats the last one and is written twice with equal
+// values). The maximum is order-free for finite rows (a row holding NaN or
+// +inf, or only −inf, goes through softmax_row_mlx whole, as do rows when
+// any row of the group does). The exps are act.cpp's exp8, equal to MLX's
+// scalar exp lane for lane; the sums stay in row order, one chain per row,
+// the eight chains interleaved so that their adds overlap.
+SPX_ACT_AVX2 void softmax_rows_avx2(const float* const* x, float* const* y, int rows, int n) {
+  float m[8];
+  bool plain = true;
+  for (int r = 0; r < rows; r++) {
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    __m256 bad = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x[r] + j);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      vm = _mm256_max_ps(vm, v);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    float mr = lanes[0];
+    for (int k = 1; k < 8; k++) {
+      mr = lanes[k] > mr ? lanes[k] : mr;
+    }
+    bool nan = _mm256_movemask_ps(bad) != 0;
+    for (; j < n; j++) {
+      nan = nan || std::isnan(x[r][j]);
+      mr = x[r][j] > mr ? x[r][j] : mr;
+    }
+    if (nan || !std::isfinite(mr)) {
+      plain = false;
+      break;
+    }
+    m[r] = mr;
+  }
+  if (!plain) {
+    for (int r = 0; r < rows; r++) {
+      softmax_row_mlx(x[r], 1, y[r], n);
+    }
+    return;
+  }
+  for (int r = 0; r < rows; r++) {
+    const __m256 vm = _mm256_set1_ps(m[r]);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+      _mm256_storeu_ps(y[r] + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(x[r] + j), vm)));
+    }
+    for (; j < n; j++) {
+      y[r][j] = mlx_exp(x[r][j] - m[r]);
+    }
+  }
+  const float* e[8];
+  for (int r = 0; r < 8; r++) {
+    e[r] = y[r < rows ? r : rows - 1];
+  }
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+  for (int j = 0; j < n; j++) {
+    s0 = s0 + e[0][j];
+    s1 = s1 + e[1][j];
+    s2 = s2 + e[2][j];
+    s3 = s3 + e[3][j];
+    s4 = s4 + e[4][j];
+    s5 = s5 + e[5][j];
+    s6 = s6 + e[6][j];
+    s7 = s7 + e[7][j];
+  }
+  const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+  for (int r = 0; r < rows; r++) {
+    const float inv = 1 / sums[r];
+    const __m256 vi = _mm256_set1_ps(inv);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+      _mm256_storeu_ps(y[r] + j, _mm256_mul_ps(_mm256_loadu_ps(y[r] + j), vi));
+    }
+    for (; j < n; j++) {
+      y[r][j] = y[r][j] * inv;
+    }
+  }
+}
+#endif
+
+// SoftmaxCPU: the softmax of each row of a float32 array's last axis (any
+// strides), equal to the bit to MLX's CPU Softmax (which runs MLX's scalar
+// exp element by element); the output is row-contiguous.
+class SoftmaxCPU : public mx::UnaryPrimitive {
+ public:
+  explicit SoftmaxCPU(mx::Stream s) : mx::UnaryPrimitive(s) {}
+
+  void eval_cpu(const std::vector<mx::array>& in, mx::array& out) override {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    const mx::array& x = in[0];
+    const int n = x.shape(-1);
+    std::vector<int64_t> starts = row_starts(x);
+    const float* xp = x.data<float>();
+    const int64_t xst = x.strides()[x.ndim() - 1];
+    float* yp = out.data<float>();
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.set_input_array(x);
+    enc.set_output_array(out);
+    enc.dispatch([starts = std::move(starts), xp, xst, yp, n]() {
+      const size_t rows = starts.size();
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+      if (xst == 1 && have_avx2()) {
+        for (size_t r = 0; r < rows; r += 8) {
+          const int g = static_cast<int>(std::min<size_t>(8, rows - r));
+          const float* xs[8];
+          float* ys[8];
+          for (int k = 0; k < g; k++) {
+            xs[k] = xp + starts[r + k];
+            ys[k] = yp + (r + k) * n;
+          }
+          softmax_rows_avx2(xs, ys, g, n);
+        }
+        return;
+      }
+#endif
+      for (size_t r = 0; r < rows; r++) {
+        softmax_row_mlx(xp + starts[r], xst, yp + r * n, n);
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("SoftmaxCPU runs on the CPU only");
+  }
+
+  const char* name() const override { return "SoftmaxCPU"; }
+
+  bool is_equivalent(const mx::Primitive&) const override { return true; }
+};
+
 }  // namespace
+
+// softmax_cpu returns the softmax over x's last axis as one SoftmaxCPU node
+// when it can serve the call (the CPU stream, float32, rank ≥ 1, a non-empty
+// last axis), and nothing otherwise.
+std::optional<mx::array> softmax_cpu(const mx::array& x, const mx::Stream& s) {
+  if (s.device.type != mx::Device::cpu || x.ndim() == 0 || x.dtype() != mx::float32 || x.shape(-1) == 0) {
+    return std::nullopt;
+  }
+  return mx::array(x.shape(), mx::float32, std::make_shared<SoftmaxCPU>(s), std::vector<mx::array>{x});
+}
 
 // sigmoid_mul_cpu returns silu(a) ⊙ b (silu) or a ⊙ σ(b) as one
 // SigmoidMulCPU node when it can serve the call (the CPU stream, float32

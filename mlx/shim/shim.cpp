@@ -27,6 +27,7 @@ std::optional<mx::array> sigmoid_mul_cpu(const mx::array& a, const mx::array& b,
 std::optional<mx::array> conv_silu_cpu(const mx::array& x, const mx::array& w, const mx::Stream& s);
 std::optional<mx::array> dynamic_conv_cpu(const mx::array& x, const mx::array& w, const mx::array& b,
                                           const mx::Stream& s);
+std::optional<mx::array> softmax_cpu(const mx::array& x, const mx::Stream& s);
 
 namespace {
 
@@ -715,6 +716,14 @@ int spx_conv1d(spx_array* out, spx_array input, spx_array weight, int stride,
   SPX_CATCH
 }
 
+int spx_softmax_cpu(spx_array* out, spx_array x, spx_stream s) {
+  SPX_TRY
+  if (auto y = softmax_cpu(arr(x), stream(s))) {
+    assign(out, std::move(*y));
+  }
+  SPX_CATCH
+}
+
 int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx_stream s) {
   SPX_TRY
   if (auto y = sigmoid_mul_cpu(arr(a), arr(b), silu, stream(s))) {
@@ -813,6 +822,60 @@ mx::array sdpa_composed(const mx::array& q, const mx::array& k,
   return group > 1 ? mx::flatten(o, 1, 2, s) : o;
 }
 
+// sdpa_cpu is MLX's own attention on the CPU stream for float32 q, k, v
+// without sinks: the composition MLX's fast::scaled_dot_product_attention
+// falls back to on the CPU (mlx/fast.cpp, MLX 0.32), op for op — a bool mask
+// fills with float32's lowest value, not −inf — except that the softmax is
+// act.cpp's SoftmaxCPU, equal to the bit to MLX's (which runs its scalar exp
+// element by element). Nothing when the call is not that case (other types,
+// sinks, shapes MLX would reject): MLX then takes it, errors included.
+std::optional<mx::array> sdpa_cpu(const mx::array& q, const mx::array& k, const mx::array& v,
+                                  float scale, bool causal, const std::optional<mx::array>& mask,
+                                  bool has_sinks, const mx::Stream& s) {
+  if (s.device.type != mx::Device::cpu || has_sinks || q.dtype() != mx::float32 ||
+      k.dtype() != mx::float32 || v.dtype() != mx::float32 || q.ndim() != 4 || k.ndim() != 4 ||
+      v.ndim() != 4 || q.shape(0) != k.shape(0) || q.shape(0) != v.shape(0) ||
+      q.shape(3) != k.shape(3) || k.shape(1) != v.shape(1) || k.shape(1) == 0 ||
+      q.shape(1) % k.shape(1) != 0 || k.shape(2) != v.shape(2) || q.shape(3) == 0 ||
+      k.shape(2) == 0 || (causal && mask) ||
+      (mask && ((mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) || mask->ndim() > 4))) {
+    return std::nullopt;
+  }
+  const int kv_heads = k.shape(1), repeats = q.shape(1) / kv_heads;
+  std::optional<mx::array> m;
+  if (mask) {
+    mx::Shape mshape = q.shape();
+    mshape.back() = k.shape(2);
+    m = mx::broadcast_to(*mask, mshape, s);
+  }
+  mx::array qs = mx::multiply(mx::array(scale, mx::float32), q, s);
+  mx::array kk = k, vv = v;
+  if (repeats > 1) {
+    qs = mx::unflatten(qs, 1, {kv_heads, repeats}, s);
+    kk = mx::expand_dims(kk, 2, s);
+    vv = mx::expand_dims(vv, 2, s);
+  }
+  mx::array scores = mx::matmul(qs, mx::swapaxes(kk, -1, -2, s), s);
+  if (causal) {
+    const int kl = kk.shape(-2), ql = qs.shape(-2);
+    m = mx::greater_equal(mx::expand_dims(mx::arange(kl - ql, kl, s), 1, s),
+                          mx::expand_dims(mx::arange(0, kl, s), 0, s), s);
+  } else if (m && repeats > 1 && m->ndim() >= 3) {
+    m = m->shape(-3) == 1 ? mx::expand_dims(*m, -3, s) : mx::unflatten(*m, -3, {kv_heads, repeats}, s);
+  }
+  if (m && m->dtype() == mx::bool_) {
+    scores = mx::where(*m, scores, mx::array(std::numeric_limits<float>::lowest(), mx::float32), s);
+  } else if (m) {
+    scores = mx::add(scores, *m, s);
+  }
+  std::optional<mx::array> p = softmax_cpu(scores, s);
+  if (!p) {
+    return std::nullopt;
+  }
+  mx::array o = mx::matmul(*p, vv, s);
+  return repeats > 1 ? mx::flatten(o, 1, 2, s) : o;
+}
+
 // A GPU query block of 2-32 rows in half precision (a verification, a draft
 // block) goes through sdpa_composed: MLX would run it on cuDNN, whose
 // execution plan is cached per exact key length, so a block attending to a
@@ -838,11 +901,18 @@ bool compose_on_gpu(const mx::array& q, const mx::array& k, bool has_sinks,
 
 int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
              float scale, const char* mask_mode, spx_array mask,
-             spx_array sinks, spx_stream s) {
+             spx_array sinks, bool mlx_only, spx_stream s) {
   SPX_TRY
   std::string mode = mask_mode ? mask_mode : "";
   mx::Stream st = stream(s);
-  if (compose_on_gpu(arr(q), arr(k), opt(sinks).has_value(), st)) {
+  std::optional<mx::array> cpu;
+  if (!mlx_only && (mode == "" || mode == "causal")) {
+    cpu = sdpa_cpu(arr(q), arr(k), arr(v), scale, mode == "causal", opt(mask),
+                   opt(sinks).has_value(), st);
+  }
+  if (cpu) {
+    assign(out, std::move(*cpu));
+  } else if (!mlx_only && compose_on_gpu(arr(q), arr(k), opt(sinks).has_value(), st)) {
     assign(out, sdpa_composed(arr(q), arr(k), arr(v), scale, mode == "causal", opt(mask), st));
   } else {
     assign(out, mx::fast::scaled_dot_product_attention(

@@ -273,6 +273,10 @@ int spx_rms_norm(spx_array* out, spx_array x, spx_array weight, float eps,
    (operands of one shape); *out is left empty when the call is not the
    kernel's (another device or dtype, shapes that differ). */
 int spx_sigmoid_mul_cpu(spx_array* out, spx_array a, spx_array b, bool silu, spx_stream s);
+/* The softmax over x's last axis as one vectorised node on the CPU in
+   float32, equal to the bit to MLX's; *out is left empty when the call is
+   not the kernel's (another device or dtype, an empty last axis). */
+int spx_softmax_cpu(spx_array* out, spx_array x, spx_stream s);
 /* silu of the causal depthwise convolution of x [B, L+Kc-1, C] by w [Kc, C]
  * as one CPU node (act.cpp); out stays empty when the kernel does not serve
  * the call. */
@@ -299,10 +303,13 @@ int spx_selector_walk_cpu(spx_array* tokens, spx_array* probs, spx_array* conf, 
 int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
              float base, float scale, int offset, spx_array offset_array,
              spx_stream s);
-/* mask_mode: "" or "causal"; mask may be empty; sinks may be empty. */
+/* mask_mode: "" or "causal"; mask may be empty; sinks may be empty.
+   mlx_only: MLX's fast::scaled_dot_product_attention as it is (tests);
+   otherwise float32 on the CPU takes MLX's composition with the vectorised
+   softmax, and short half-precision GPU blocks spx_sdpa_composed. */
 int spx_sdpa(spx_array* out, spx_array q, spx_array k, spx_array v,
              float scale, const char* mask_mode, spx_array mask,
-             spx_array sinks, spx_stream s);
+             spx_array sinks, bool mlx_only, spx_stream s);
 /* The same attention as matmuls and a softmax, on any device (spx_sdpa uses
  * it for short half-precision query blocks on the GPU; tests compare it with
  * MLX's kernels). No sinks. */
