@@ -433,7 +433,10 @@ func printGoTinyDemo(e *env, family, text string, tokens, repeats int, identical
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nMean acceptance length counts the tokens each verification commits (the bonus token")
-	fmt.Fprintln(w, "included); `specula bench` measures more prompts (scripts/bench-go-tiny.sh).")
+	fmt.Fprintln(w, "included). Acceptance by position is the share of each position's verified drafts that")
+	fmt.Fprintln(w, "were accepted (on the CPU a round verifies only the drafts the draft is sure enough of:")
+	fmt.Fprintln(w, "[speculation] confidence_floor). `specula bench` measures more prompts")
+	fmt.Fprintln(w, "(scripts/bench-go-tiny.sh).")
 }
 
 // indent prefixes every line of s with four spaces and ends it with a
