@@ -701,7 +701,7 @@ func printBench(w io.Writer, r *benchResult) {
 		}
 	}
 	if r.Speculative != nil && len(r.Speculative.AcceptanceByPosition) > 0 {
-		fmt.Fprintf(w, "\nspeculative acceptance by position:")
+		fmt.Fprintf(w, "\nspeculative acceptance by position (accepted of the drafts verified there):")
 		for i, a := range r.Speculative.AcceptanceByPosition {
 			fmt.Fprintf(w, " %d:%.2f", i+1, a)
 		}
