@@ -11,6 +11,21 @@ import (
 
 // sameBits fails unless got and want agree element for element to the bit
 // (two NaNs agree whatever their payloads).
+// wantOneNode fails unless the graph of arrays holds one node of kind
+// (and, with alone, no other node): a CPU kernel served the call whole.
+func wantOneNode(t *mlxtest.T, name, kind string, alone bool, arrays ...*mlx.Array) {
+	t.Helper()
+	ops, err := mlx.GraphOps(arrays...)
+	t.NoErr(err)
+	if ops[kind] != 1 || alone && len(ops) != 1 {
+		only := ""
+		if alone {
+			only = " and nothing else"
+		}
+		t.Fatalf("%s: graph %v, want one %s node%s", name, ops, kind, only)
+	}
+}
+
 func sameBits(t *mlxtest.T, name string, got, want []float32, in []float32) {
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d elements, MLX gives %d", name, len(got), len(want))
@@ -71,11 +86,7 @@ func TestSoftmaxCPU(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: the CPU kernel did not serve a float32 array", name)
 			}
-			ops, err := mlx.GraphOps(got)
-			t.NoErr(err)
-			if ops["SoftmaxCPU"] != 1 {
-				t.Fatalf("%s: graph %v, want one SoftmaxCPU node", name, ops)
-			}
+			wantOneNode(t, name, "SoftmaxCPU", false, got)
 			g := t.Float32s(got)
 			sameBits(t, name, g, t.Float32s(mlx.Softmax(x, true, -1)), vals)
 			if !refCheck {
