@@ -66,7 +66,13 @@ type blockSession struct {
 	pendingCount     int
 	blockOutstanding bool // a proposal's block sits in the caches with a scheduled rewind
 	closed           bool
+	// confidence: proposals carry Candidates.Confidence (a confidence floor
+	// reads them); otherwise that work is skipped.
+	confidence bool
 }
+
+// proposeConfidence makes the session's proposals carry confidences.
+func (s *blockSession) proposeConfidence() { s.confidence = true }
 
 func (s *blockSession) frontier() int { return s.ctxOffset + s.pendingCount }
 
@@ -181,7 +187,11 @@ func (s *blockSession) Propose(current *mlx.Array, max int) *Candidates {
 		if tokens, ids, probs, conf, ok := gs.SelectGreedy(rows, logits, current); ok {
 			k := ids.Dim(2)
 			dist := sample.Distribution{IDs: mlx.Reshape(ids, n, k), Probs: mlx.Reshape(probs, n, k)}
-			return &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist, Confidence: conf}
+			cand := &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist}
+			if s.confidence {
+				cand.Confidence = conf
+			}
+			return cand
 		}
 	}
 	if s.d.selector != nil {
@@ -190,17 +200,19 @@ func (s *blockSession) Propose(current *mlx.Array, max int) *Candidates {
 		// docs/PERFORMANCE.md), the candidates' own logits are not.
 		var conf []*mlx.Array
 		rowsSeen := 0
-		choose := func(ids, scores *mlx.Array) (*mlx.Array, *mlx.Array) {
-			tok, probs := s.sampler.Choose(ids, scores)
-			conf = append(conf, rowConfidence(scores))
-			rowsSeen += ids.Dim(0)
-			return tok, probs
+		choose := s.sampler.Choose
+		if s.confidence {
+			choose = func(ids, scores *mlx.Array) (*mlx.Array, *mlx.Array) {
+				conf = append(conf, rowConfidence(scores))
+				rowsSeen += ids.Dim(0)
+				return s.sampler.Choose(ids, scores)
+			}
 		}
 		tokens, ids, probs := s.d.selector.Select(rows, logits, current, choose)
 		k := ids.Dim(2)
 		dist := sample.Distribution{IDs: mlx.Reshape(ids, n, k), Probs: mlx.Reshape(probs, n, k)}
 		cand := &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist}
-		if rowsSeen == n {
+		if s.confidence && rowsSeen == n {
 			cand.Confidence = mlx.Concatenate(0, conf...)
 		}
 		return cand
@@ -208,7 +220,11 @@ func (s *blockSession) Propose(current *mlx.Array, max int) *Candidates {
 	flat := mlx.Reshape(logits, n, logits.Dim(-1))
 	dist := s.sampler.Distribution(flat, nil)
 	tokens := s.sampler.SampleDistribution(dist)
-	return &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist, Confidence: rowConfidence(flat)}
+	cand := &Candidates{Tokens: mlx.Reshape(tokens, 1, n), Dist: dist}
+	if s.confidence {
+		cand.Confidence = rowConfidence(flat)
+	}
+	return cand
 }
 
 // rowConfidence is the largest probability of each row of logits [n, K]

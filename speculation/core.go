@@ -134,6 +134,9 @@ func (c *Core) Open(req Request) *Session {
 	if c.cfg.Drafter != nil {
 		// Opened even when drafting is off, so the draft caches stay level.
 		s.draft = c.cfg.Drafter.Open(req.Sampler)
+		if cp, ok := s.draft.(confidenceProposer); ok && c.cfg.ConfidenceFloor > 0 {
+			cp.proposeConfidence()
+		}
 	}
 	switch {
 	case c.cfg.Drafter == nil:

@@ -42,6 +42,11 @@ type Candidates struct {
 	Confidence *mlx.Array
 }
 
+// confidenceProposer is a draft session that can fill
+// Candidates.Confidence. That costs a reduction over every proposed row, so
+// the core asks for it only when a confidence floor will read it.
+type confidenceProposer interface{ proposeConfidence() }
+
 // Arrays returns the arrays of the proposal, for evaluation.
 func (c *Candidates) Arrays() []*mlx.Array {
 	out := append([]*mlx.Array{c.Tokens}, c.Dist.Arrays()...)

@@ -42,10 +42,11 @@ func TestConfidentPrefix(t *testing.T) {
 // logit h, seven zeros) the largest probability p: e^h / (e^h + 7) = p.
 func hotFor(p float64) float32 { return float32(math.Log(7 * p / (1 - p))) }
 
-// The block session reports each position's largest probability at
-// temperature 1, whatever the request's temperature: 0.9, 0.75, 0.5, 0.9 for
-// the hot logits made for them; a selector reports its scores' (the fake's
-// [0, 2]: e² / (1 + e²)).
+// A block session asked for confidences (a confidence floor will read them)
+// reports each position's largest probability at temperature 1, whatever
+// the request's temperature: 0.9, 0.75, 0.5, 0.9 for the hot logits made
+// for them; a selector reports its scores' (the fake's [0, 2]: e² / (1 +
+// e²)). Unasked, it reports none.
 func TestProposalConfidence(t *testing.T) {
 	for _, temp := range []float32{0, 1} {
 		t.Run(fmt.Sprintf("temperature %g", temp), func(t *testing.T) {
@@ -53,8 +54,18 @@ func TestProposalConfidence(t *testing.T) {
 				succ := map[int32]int32{1: 2, 2: 3, 3: 4, 4: 5, 5: 1}
 				r := newRig(succ, 5, false)
 				r.draft.hot = []float32{hotFor(0.9), hotFor(0.75), hotFor(0.5), hotFor(0.9)}
+				// Unasked (no confidence floor), a session spends nothing on them.
+				unasked := newRig(succ, 5, false)
+				u := unasked.session(sample.Options{Temperature: temp, UseSeed: true, Seed: 3})
+				defer u.Close()
+				u.Committed(ids(1), oneHot([]int32{1}), 0)
+				if cand := u.Propose(mlx.FromInt32s([]int32{2}, 1), 4); cand.Confidence != nil {
+					t.Fatalf("a proposal nobody asked confidences of carries them")
+				}
+
 				s := r.session(sample.Options{Temperature: temp, UseSeed: true, Seed: 3})
 				defer s.Close()
+				s.proposeConfidence()
 				s.Committed(ids(1), oneHot([]int32{1}), 0)
 				cand := s.Propose(mlx.FromInt32s([]int32{2}, 1), 4)
 				t.Eval(cand.Arrays()...)
@@ -68,6 +79,7 @@ func TestProposalConfidence(t *testing.T) {
 				sel := newRig(succ, 4, true)
 				ss := sel.session(sample.Options{Temperature: temp, UseSeed: true, Seed: 3})
 				defer ss.Close()
+				ss.proposeConfidence()
 				ss.Committed(ids(1), oneHot([]int32{1}), 0)
 				cand = ss.Propose(mlx.FromInt32s([]int32{2}, 1), 3)
 				t.Eval(cand.Arrays()...)
