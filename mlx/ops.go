@@ -729,18 +729,36 @@ func SoftmaxCPU(a *Array) (*Array, bool) {
 // and true; an empty array and true (the error recorded) when it failed;
 // nil and false when the caller must compose the operation from MLX's ops.
 func cpuNode(build func(out *C.spx_array) C.int) (*Array, bool) {
-	var out C.spx_array
-	if err := status(build(&out)); err != nil {
-		if out.ctx != nil {
-			C.spx_array_free(out)
-		}
-		record(err)
-		return empty(), true
-	}
-	if out.ctx == nil {
+	outs, ok := cpuNodes(1, func(o []C.spx_array) C.int { return build(&o[0]) })
+	if !ok {
 		return nil, false
 	}
-	return wrap(out), true
+	return outs[0], true
+}
+
+// cpuNodes is cpuNode for a node with n outputs, which the constructor
+// writes to outs (all of them, or none when its kernel does not serve the
+// call).
+func cpuNodes(n int, build func(outs []C.spx_array) C.int) ([]*Array, bool) {
+	outs := make([]C.spx_array, n)
+	res := make([]*Array, n)
+	if err := status(build(outs)); err != nil {
+		for i, o := range outs {
+			if o.ctx != nil {
+				C.spx_array_free(o)
+			}
+			res[i] = empty()
+		}
+		record(err)
+		return res, true
+	}
+	if outs[0].ctx == nil {
+		return nil, false
+	}
+	for i, o := range outs {
+		res[i] = wrap(o)
+	}
+	return res, true
 }
 
 // ConvSiLUCPU returns silu(Σ_j x[:, t+j, :] · w[j, :]) [B, L, C] for x
@@ -792,20 +810,11 @@ func TopKCPU(a *Array, k int) (ids, vals *Array, ok bool) {
 	if !a.Valid() || CurrentDevice() != CPU || a.DType() != Float32 || a.NDim() != 2 || k < 1 || k > a.Dim(1) {
 		return nil, nil, false
 	}
-	var i, v C.spx_array
-	if err := status(C.spx_topk_cpu(&i, &v, a.c, C.int(k), defaultStream)); err != nil {
-		for _, o := range []C.spx_array{i, v} {
-			if o.ctx != nil {
-				C.spx_array_free(o)
-			}
-		}
-		record(err)
-		return empty(), empty(), true
-	}
-	if i.ctx == nil {
+	outs, ok := cpuNodes(2, func(o []C.spx_array) C.int { return C.spx_topk_cpu(&o[0], &o[1], a.c, C.int(k), defaultStream) })
+	if !ok {
 		return nil, nil, false
 	}
-	return wrap(i), wrap(v), true
+	return outs[0], outs[1], true
 }
 
 // SelectorWalkCPU walks DFlash2's candidate lattice greedily as one node
@@ -829,20 +838,13 @@ func SelectorWalkCPU(ids, unary, u, succ, table, anchor *Array) (tokens, probs, 
 	if CurrentDevice() != CPU {
 		return nil, nil, nil, false
 	}
-	var t, p, c C.spx_array
-	if err := status(C.spx_selector_walk_cpu(&t, &p, &c, ids.c, unary.c, u.c, succ.c, table.c, anchor.c, defaultStream)); err != nil {
-		for _, o := range []C.spx_array{t, p, c} {
-			if o.ctx != nil {
-				C.spx_array_free(o)
-			}
-		}
-		record(err)
-		return empty(), empty(), empty(), true
-	}
-	if t.ctx == nil {
+	outs, ok := cpuNodes(3, func(o []C.spx_array) C.int {
+		return C.spx_selector_walk_cpu(&o[0], &o[1], &o[2], ids.c, unary.c, u.c, succ.c, table.c, anchor.c, defaultStream)
+	})
+	if !ok {
 		return nil, nil, nil, false
 	}
-	return wrap(t), wrap(p), wrap(c), true
+	return outs[0], outs[1], outs[2], true
 }
 
 // RoPE rotates the first dims features of x [..., L, D] for positions
