@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -775,26 +776,23 @@ int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
 
 namespace {
 
-// Attention as two matmuls and a softmax: q [B, Hq, Lq, D] against k, v
-// [B, Hkv, Lk, D] (Hq a multiple of Hkv), with an end-aligned causal mask or
-// an array mask (boolean: true keeps; else additive) broadcastable to
-// [B, Hq, Lq, Lk]. Scores, softmax and the weighted sum are float32 whatever
-// q's type, the result cast back to it: so a half-precision block gets what
-// MLX's one-query vector kernel gives each decoding step (it keeps scores and
-// sums in float32 and rounds once, at the end), and a verification's rows
-// round like the decode steps they stand for.
-mx::array sdpa_composed(const mx::array& q, const mx::array& k,
-                        const mx::array& v, float scale, bool causal,
-                        const std::optional<mx::array>& mask, mx::Stream s) {
-  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || k.shape(1) == 0 ||
-      q.shape(1) % k.shape(1) != 0) {
-    throw std::invalid_argument("sdpa: q, k, v must be [B, H, L, D] with query heads a multiple of key heads");
-  }
+// attention_float32 is attention as two matmuls and a softmax over float32
+// q [B, Hq, Lq, D] and k, v [B, Hkv, Lk, D] (Hq a multiple of Hkv: one matmul
+// per key head over its group of query heads), with an end-aligned causal mask
+// or an array mask broadcastable to [B, Hq, Lq, Lk]: a boolean one (true
+// keeps) puts `masked` where it is false, any other is added. The softmax
+// over the last axis is the caller's; when it has none to give, neither has
+// this.
+std::optional<mx::array> attention_float32(
+    const mx::array& q, const mx::array& k, const mx::array& v, float scale,
+    bool causal, const std::optional<mx::array>& mask, float masked,
+    const std::function<std::optional<mx::array>(const mx::array&)>& softmax,
+    mx::Stream s) {
   int kv_heads = k.shape(1), group = q.shape(1) / kv_heads;
   int lq = q.shape(2), lk = k.shape(2);
-  mx::array qs = mx::multiply(mx::array(scale, mx::float32), mx::astype(q, mx::float32, s), s);
-  mx::array kk = mx::astype(k, mx::float32, s), vv = mx::astype(v, mx::float32, s);
-  if (group > 1) {  // one matmul per key head over its group of query heads
+  mx::array qs = mx::multiply(mx::array(scale, mx::float32), q, s);
+  mx::array kk = k, vv = v;
+  if (group > 1) {
     qs = mx::unflatten(qs, 1, {kv_heads, group}, s);
     kk = mx::expand_dims(kk, 2, s);
     vv = mx::expand_dims(vv, 2, s);
@@ -812,14 +810,38 @@ mx::array sdpa_composed(const mx::array& q, const mx::array& k,
     }
   }
   if (keep && keep->dtype() == mx::bool_) {
-    mx::array neg(-std::numeric_limits<float>::infinity(), scores.dtype());
-    scores = mx::where(*keep, scores, neg, s);
+    scores = mx::where(*keep, scores, mx::array(masked, mx::float32), s);
   } else if (keep) {
-    scores = mx::add(scores, mx::astype(*keep, scores.dtype(), s), s);
+    scores = mx::add(scores, mx::astype(*keep, mx::float32, s), s);
   }
-  mx::array o = mx::matmul(mx::softmax(scores, std::vector<int>{-1}, true, s), vv, s);
-  o = mx::astype(o, q.dtype(), s);
+  std::optional<mx::array> p = softmax(scores);
+  if (!p) {
+    return std::nullopt;
+  }
+  mx::array o = mx::matmul(*p, vv, s);
   return group > 1 ? mx::flatten(o, 1, 2, s) : o;
+}
+
+// sdpa_composed is attention_float32 for q, k, v of any float type: scores,
+// softmax and the weighted sum are float32 whatever q's type, the result cast
+// back to it. So a half-precision block gets what MLX's one-query vector
+// kernel gives each decoding step (it keeps scores and sums in float32 and
+// rounds once, at the end), and a verification's rows round like the decode
+// steps they stand for.
+mx::array sdpa_composed(const mx::array& q, const mx::array& k,
+                        const mx::array& v, float scale, bool causal,
+                        const std::optional<mx::array>& mask, mx::Stream s) {
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || k.shape(1) == 0 ||
+      q.shape(1) % k.shape(1) != 0) {
+    throw std::invalid_argument("sdpa: q, k, v must be [B, H, L, D] with query heads a multiple of key heads");
+  }
+  auto precise = [&](const mx::array& x) -> std::optional<mx::array> {
+    return mx::softmax(x, std::vector<int>{-1}, true, s);
+  };
+  mx::array o = *attention_float32(
+      mx::astype(q, mx::float32, s), mx::astype(k, mx::float32, s), mx::astype(v, mx::float32, s), scale,
+      causal, mask, -std::numeric_limits<float>::infinity(), precise, s);
+  return mx::astype(o, q.dtype(), s);
 }
 
 // sdpa_cpu is MLX's own attention on the CPU stream for float32 q, k, v
@@ -841,39 +863,14 @@ std::optional<mx::array> sdpa_cpu(const mx::array& q, const mx::array& k, const 
       (mask && ((mask->dtype() != mx::bool_ && mask->dtype() != mx::float32) || mask->ndim() > 4))) {
     return std::nullopt;
   }
-  const int kv_heads = k.shape(1), repeats = q.shape(1) / kv_heads;
   std::optional<mx::array> m;
-  if (mask) {
+  if (mask) {  // MLX's fallback broadcasts the mask to the scores' shape first
     mx::Shape mshape = q.shape();
     mshape.back() = k.shape(2);
     m = mx::broadcast_to(*mask, mshape, s);
   }
-  mx::array qs = mx::multiply(mx::array(scale, mx::float32), q, s);
-  mx::array kk = k, vv = v;
-  if (repeats > 1) {
-    qs = mx::unflatten(qs, 1, {kv_heads, repeats}, s);
-    kk = mx::expand_dims(kk, 2, s);
-    vv = mx::expand_dims(vv, 2, s);
-  }
-  mx::array scores = mx::matmul(qs, mx::swapaxes(kk, -1, -2, s), s);
-  if (causal) {
-    const int kl = kk.shape(-2), ql = qs.shape(-2);
-    m = mx::greater_equal(mx::expand_dims(mx::arange(kl - ql, kl, s), 1, s),
-                          mx::expand_dims(mx::arange(0, kl, s), 0, s), s);
-  } else if (m && repeats > 1 && m->ndim() >= 3) {
-    m = m->shape(-3) == 1 ? mx::expand_dims(*m, -3, s) : mx::unflatten(*m, -3, {kv_heads, repeats}, s);
-  }
-  if (m && m->dtype() == mx::bool_) {
-    scores = mx::where(*m, scores, mx::array(std::numeric_limits<float>::lowest(), mx::float32), s);
-  } else if (m) {
-    scores = mx::add(scores, *m, s);
-  }
-  std::optional<mx::array> p = softmax_cpu(scores, s);
-  if (!p) {
-    return std::nullopt;
-  }
-  mx::array o = mx::matmul(*p, vv, s);
-  return repeats > 1 ? mx::flatten(o, 1, 2, s) : o;
+  auto vectorised = [&](const mx::array& x) { return softmax_cpu(x, s); };
+  return attention_float32(q, k, v, scale, causal, m, std::numeric_limits<float>::lowest(), vectorised, s);
 }
 
 // A GPU query block of 2-32 rows in half precision (a verification, a draft
