@@ -29,12 +29,15 @@ from regenerate import load_target
 def tap_features(target, seqs: np.ndarray, taps: list[int], device: str, batch: int = 512) -> torch.Tensor:
     """[N, T, nTaps·H] bfloat16: the residual stream after each tap layer
     (hidden_states[i + 1]), concatenated in tap order."""
-    out = []
+    out = None  # filled in place: a list joined at the end would need twice the memory
     for i in range(0, len(seqs), batch):
         x = torch.from_numpy(seqs[i:i + batch].astype(np.int64)).to(device)
         hs = target(input_ids=x, output_hidden_states=True).hidden_states
-        out.append(torch.cat([hs[t + 1] for t in taps], -1).to(torch.bfloat16))
-    return torch.cat(out)
+        if out is None:
+            out = torch.empty((len(seqs), seqs.shape[1], hs[0].shape[-1] * len(taps)), dtype=torch.bfloat16,
+                              device=device)
+        out[i:i + len(x)] = torch.cat([hs[t + 1] for t in taps], -1)
+    return out
 
 
 def sample_anchors(rng: np.random.Generator, rows: int, count: int, lo: int, hi: int) -> np.ndarray:
@@ -119,12 +122,18 @@ def train(p: Preset, work: Path, kind: str) -> dict:
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
             t10 = time.monotonic()
-        if step == 30 and t10 is not None:
+        # The step count that fills the time budget, estimated from the rate so
+        # far: first after 30 steps (the schedule needs a total), then again every
+        # 500, since the first steps run faster than the rest (a DFlash run
+        # estimated at 240 s once took 300).
+        if t10 is not None and (step == 30 or step % 500 == 0):
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
-            rate = 20 / (time.monotonic() - t10)
-            total = min(total, step + int((p.draft_seconds - (time.monotonic() - start)) * rate))
-            log(f"{kind}: {rate:.1f} steps/s: {total} steps")
+            rate = (step - 10) / (time.monotonic() - t10)
+            budget = p.dflash2_seconds if kind == "dflash2" else p.draft_seconds
+            total = min(p.draft_steps, max(step, step + int((budget - (time.monotonic() - start)) * rate)))
+            if step == 30:
+                log(f"{kind}: {rate:.1f} steps/s: {total} steps")
         if step % 500 == 0 or step == total:
             rec = {"step": step, "loss": round(loss.item(), 4), "acc": [round(a, 3) for a in acc[1:].tolist()]}
             if recall is not None:
