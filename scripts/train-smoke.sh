@@ -23,7 +23,7 @@ start=$(date +%s)
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 log="$work/log.txt"
 if ! "$py" train/run.py --preset smoke --work "$work" --out "$work/family" --parity "$work/parity" \
-    --stages corpus,tokenizer,prompts,target,regenerate,dflash,dflash2,evaluate,export,parity \
+    --stages corpus,tokenizer,prompts,target,regenerate,dflash,dflash2,dflash2-refine,evaluate,export,parity \
     --outside "$root/tokenizer" >"$log" 2>&1; then
   cat "$log" >&2
   echo "train-smoke: a stage failed (log above; the work folder is $work with KEEP=1)" >&2

@@ -80,6 +80,8 @@ class Preset:
     draft_lr: float = 1e-3
     draft_seconds: float = 300.0       # DFlash's wall-clock budget
     dflash2_seconds: float = 330.0     # DFlash2's: its steps cost ~2x DFlash's (the selector)
+    dflash2_refine_seconds: float = 300.0  # DFlash2's second pass (warm restart), from the first's end
+    dflash2_refine_lr: float = 3e-4
     draft_steps: int = 1_000_000       # upper bound; time usually ends training first
     selector_weight: float = 1.0
     # evaluation
@@ -124,6 +126,7 @@ SMOKE = replace(
     anchors=8,
     draft_seconds=60.0,
     dflash2_seconds=60.0,
+    dflash2_refine_seconds=60.0,
     draft_steps=4,
     selector_rank=8,
     top_k=4,

@@ -8,7 +8,9 @@ published mask and position-decayed loss (draft_model.py).
 
 DFlash2 starts from the trained DFlash draft's backbone (its convolutions
 start as the identity, so it starts out computing exactly what DFlash does)
-and adds the candidate selector's loss.
+and adds the candidate selector's loss. Its refining pass (--refine) trains the
+whole DFlash2 draft once more from where that left it, with a fresh optimiser
+and a second, lower learning-rate schedule (a warm restart).
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ def lr_at(step: int, total: int, peak: float) -> float:
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train(p: Preset, work: Path, kind: str) -> dict:
-    seed_everything(p.seed + (2 if kind == "dflash2" else 3))
+def train(p: Preset, work: Path, kind: str, refine: bool = False) -> dict:
+    if refine and kind != "dflash2":
+        raise SystemExit("draft: --refine is a DFlash2 pass (it starts from WORK/dflash2)")
+    seed_everything(p.seed + (2 if kind == "dflash2" else 3) + (10 if refine else 0))
+    name = "dflash2-refine" if refine else kind
     dev = p.device
     target = load_target(work / "target", dev)
     for t in target.parameters():
@@ -68,7 +73,10 @@ def train(p: Preset, work: Path, kind: str) -> dict:
                                intermediate_size=p.draft_intermediate, selector_rank=p.selector_rank, top_k=p.top_k,
                                taps=list(p.draft_taps) if p.draft_taps else None)
     draft = dm.DraftModel(cfg)
-    if kind == "dflash2":
+    if refine:
+        draft.load_state_dict(dm.load_draft(work / "dflash2").state_dict())
+        log("dflash2 refine: from the trained DFlash2 draft")
+    elif kind == "dflash2":
         backbone = dm.load_draft(work / "dflash")
         missing, unexpected = draft.load_state_dict(backbone.state_dict(), strict=False)
         if unexpected or any("conv" not in m and "candidate_selector" not in m for m in missing):
@@ -86,9 +94,10 @@ def train(p: Preset, work: Path, kind: str) -> dict:
     embed = target.get_input_embeddings()
     head = target.get_output_embeddings().weight
     weights = dm.position_weights(draft.block_size, dev)
-    opt = torch.optim.AdamW([t for t in draft.parameters() if t.requires_grad], lr=p.draft_lr,
+    peak = p.dflash2_refine_lr if refine else p.draft_lr
+    opt = torch.optim.AdamW([t for t in draft.parameters() if t.requires_grad], lr=peak,
                             betas=(0.9, 0.95), weight_decay=0.01, fused=dev.startswith("cuda"))
-    rng = np.random.default_rng(p.seed + 7)
+    rng = np.random.default_rng(p.seed + (17 if refine else 7))
     T = seqs.shape[1]
     lo, hi = p.prompt_len - 1, T - 2
     total = p.draft_steps
@@ -98,7 +107,7 @@ def train(p: Preset, work: Path, kind: str) -> dict:
     step = 0
     while step < total:
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, total, p.draft_lr)
+            g["lr"] = lr_at(step, total, peak)
         rows = torch.from_numpy(rng.integers(0, len(seqs), size=p.draft_batch)).to(dev)
         anchors = torch.from_numpy(sample_anchors(rng, p.draft_batch, p.anchors, lo, hi)).to(dev)
         tok = tokens[rows]
@@ -130,32 +139,33 @@ def train(p: Preset, work: Path, kind: str) -> dict:
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
             rate = (step - 10) / (time.monotonic() - t10)
-            budget = p.dflash2_seconds if kind == "dflash2" else p.draft_seconds
+            budget = p.dflash2_refine_seconds if refine else p.dflash2_seconds if kind == "dflash2" else p.draft_seconds
             total = min(p.draft_steps, max(step, step + int((budget - (time.monotonic() - start)) * rate)))
             if step == 30:
-                log(f"{kind}: {rate:.1f} steps/s: {total} steps")
+                log(f"{name}: {rate:.1f} steps/s: {total} steps")
         if step % 500 == 0 or step == total:
             rec = {"step": step, "loss": round(loss.item(), 4), "acc": [round(a, 3) for a in acc[1:].tolist()]}
             if recall is not None:
                 rec["selector_loss"] = round(sel.item(), 4)
                 rec["recall"] = round(recall.item(), 4)
             history.append(rec)
-            log(f"{kind} {rec}")
+            log(f"{name} {rec}")
     seconds = time.monotonic() - start
     dm.save_draft(draft, work / kind)
     record = {"kind": kind, "parameters": params, "steps": step, "seconds": round(seconds, 1),
-              "batch": p.draft_batch, "anchors_per_sequence": p.anchors, "lr": p.draft_lr,
+              "batch": p.draft_batch, "anchors_per_sequence": p.anchors, "lr": peak,
               "sequences": int(len(seqs)), "history": history,
-              "warm_start": "dflash" if kind == "dflash2" else None}
-    write_json(work / f"{kind}-train.json", record)
+              "warm_start": "dflash2" if refine else "dflash" if kind == "dflash2" else None}
+    write_json(work / f"{name}-train.json", record)
     return record
 
 
 def main() -> None:
     ap = stage_parser(__doc__)
     ap.add_argument("--kind", choices=("dflash", "dflash2"), required=True)
+    ap.add_argument("--refine", action="store_true", help="DFlash2's second pass, from WORK/dflash2")
     args = ap.parse_args()
-    train(preset(args.preset, args.device), args.work, args.kind)
+    train(preset(args.preset, args.device), args.work, args.kind, args.refine)
 
 
 if __name__ == "__main__":

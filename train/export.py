@@ -19,7 +19,8 @@ from common import log, preset, read_json, write_json
 
 MAX_FAMILY_BYTES = 40_000_000
 MAX_FILE_BYTES = 16 << 20
-RECORDS = ("corpus/corpus.json", "prompts.json", "target-train.json", "dflash-train.json", "dflash2-train.json", "eval.json")
+RECORDS = ("corpus/corpus.json", "prompts.json", "target-train.json", "dflash-train.json", "dflash2-train.json",
+           "dflash2-refine-train.json", "eval.json")
 
 
 def copy_checkpoint(src: Path, dst: Path) -> None:

@@ -2,7 +2,7 @@
 
     python train/run.py --work WORK [--preset full|smoke] [--stages a,b,...] [--out models/go-tiny]
 
-Stages: corpus, tokenizer, prompts, target, regenerate, dflash, dflash2, evaluate,
+Stages: corpus, tokenizer, prompts, target, regenerate, dflash, dflash2, dflash2-refine, evaluate,
 export, parity. Each reads what the earlier ones left in WORK, so a run can be
 split across machines (the corpus is made where Go is installed, the rest on
 the GPU) by carrying WORK.
@@ -27,11 +27,12 @@ STAGES = {
     "regenerate": ("regenerate.py", ["--work", "{work}"]),
     "dflash": ("draft.py", ["--work", "{work}", "--kind", "dflash"]),
     "dflash2": ("draft.py", ["--work", "{work}", "--kind", "dflash2"]),
+    "dflash2-refine": ("draft.py", ["--work", "{work}", "--kind", "dflash2", "--refine"]),
     "evaluate": ("evaluate.py", ["--work", "{work}"]),
     "export": ("export.py", ["--work", "{work}", "--out", "{out}"]),
     "parity": ("parity.py", ["--family", "{out}", "--out", "{parity}"]),
 }
-NEEDS_DEVICE = {"target", "regenerate", "dflash", "dflash2", "evaluate"}
+NEEDS_DEVICE = {"target", "regenerate", "dflash", "dflash2", "dflash2-refine", "evaluate"}
 
 
 def main() -> None:
