@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/mlx/mlxtest"
@@ -220,4 +222,60 @@ func TestSmallRowProductsOnTwoThreads(t *testing.T) {
 			}
 		}
 	})
+}
+
+// After a product that used every core, OpenBLAS's threads sleep at once
+// rather than spinning for ~0.1 s: the shim sets OPENBLAS_THREAD_TIMEOUT=4
+// before OpenBLAS is loaded, unless the user set it. The child multiplies a
+// prefill-sized product on every core, then idles for 200 ms and prints the
+// process's CPU time in that window; a user's OPENBLAS_THREAD_TIMEOUT=30
+// (2^30 cycles of spinning) shows what the window costs without the shim's
+// value.
+func TestOpenBLASIdleThreadsSleep(t *testing.T) {
+	if os.Getenv("SPECULA_BLAS_CHILD") == "idle" {
+		mlxtest.Run(t, func(t *mlxtest.T) {
+			large := mlx.Matmul(mlx.Ones(mlx.Float32, 1024, 512), mlx.Full(0.5, mlx.Float32, 512, 1024))
+			if got := t.Float32s(large); got[0] != 256 {
+				t.Fatalf("large product = %v…, want 256s", got[:4])
+			}
+			before := processCPU()
+			time.Sleep(200 * time.Millisecond)
+			fmt.Printf("threads=%d idle_cpu_ms=%d\n", mlx.LastBLASThreads(), (processCPU()-before).Milliseconds())
+		})
+		return
+	}
+	if os.Getenv("SPECULA_BLAS") != "" {
+		t.Skipf("SPECULA_BLAS=%s chooses another BLAS; the idle threads are OpenBLAS's", os.Getenv("SPECULA_BLAS"))
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("one core: OpenBLAS starts no threads")
+	}
+	idle := func(env string) int {
+		out, err := runChild("TestOpenBLASIdleThreadsSleep",
+			[]string{"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "SPECULA_BLAS_CHILD"},
+			"SPECULA_BLAS_CHILD=idle", env)
+		var threads, ms int
+		if _, scanErr := fmt.Sscanf(lastLine(string(out), "threads="), "threads=%d idle_cpu_ms=%d", &threads, &ms); err != nil || scanErr != nil {
+			t.Fatalf("child (%s): %v %v\n%s", env, err, scanErr, out)
+		}
+		if threads < 2 {
+			t.Fatalf("child (%s): the large product ran on %d thread(s), want every core", env, threads)
+		}
+		return ms
+	}
+	if ms := idle(""); ms > 40 {
+		t.Errorf("idle 200 ms after a product on every core, the process used %d ms of CPU: OpenBLAS's threads still spin", ms)
+	}
+	if ms := idle("OPENBLAS_THREAD_TIMEOUT=30"); ms < 40 {
+		t.Errorf("with OPENBLAS_THREAD_TIMEOUT=30 the idle process used only %d ms of CPU in 200 ms: the user's value was not kept (or this check cannot see spinning)", ms)
+	}
+}
+
+// processCPU is the user and system time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -54,7 +54,7 @@ func TestCompilerRunsKeepSIGINT(t *testing.T) {
 		t.Fatalf("probe: %v\n%s", err, out)
 	}
 	var ignored, children int
-	if _, err := fmt.Sscanf(lastLine(string(out)), "probe: sigint-ignored=%d children=%d", &ignored, &children); err != nil {
+	if _, err := fmt.Sscanf(lastLine(string(out), "probe:"), "probe: sigint-ignored=%d children=%d", &ignored, &children); err != nil {
 		t.Fatalf("probe printed %q: %v", out, err)
 	}
 	if children == 0 {
@@ -65,10 +65,11 @@ func TestCompilerRunsKeepSIGINT(t *testing.T) {
 	}
 }
 
-func lastLine(s string) string {
+// lastLine is the last line of s that starts with prefix, or "".
+func lastLine(s, prefix string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.HasPrefix(lines[i], "probe:") {
+		if strings.HasPrefix(lines[i], prefix) {
 			return lines[i]
 		}
 	}

@@ -492,6 +492,21 @@ const char* user_threads() {
   return nullptr;
 }
 
+// OpenBLAS's idle threads spin for 2^28 processor cycles (about 0.1 s) after
+// each product that used them before they sleep. Prefill chunks use every
+// core, so after each prompt's prefill a spinning thread competed with
+// decoding for the development machine's two cores (6 % of a go-tiny bench's
+// CPU samples were blas_thread_server; idle, it burns half the process's CPU
+// time, TestOpenBLASIdleThreadsSleep). With OPENBLAS_THREAD_TIMEOUT=4 (its least, 2^4 cycles) they
+// sleep at once, and each product that wants them pays a wake-up: only
+// products of 2^28 multiply-adds and more, which take milliseconds. OpenBLAS
+// reads the variable when it is loaded (load_table's dlopen), so it is set
+// here, before main, while the process has one thread; a user's own value is
+// kept.
+__attribute__((constructor)) void openblas_idle_threads_sleep() {
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+}
+
 // The thread count the last product ran with (0: none yet, or not OpenBLAS).
 std::atomic<int> last_threads{0};
 std::atomic<int> current_threads{0};
