@@ -240,7 +240,7 @@ func TestOpenBLASIdleThreadsSleep(t *testing.T) {
 			}
 			before := processCPU()
 			time.Sleep(200 * time.Millisecond)
-			fmt.Printf("threads=%d idle_cpu_ms=%d\n", mlx.LastBLASThreads(), (processCPU()-before).Milliseconds())
+			fmt.Printf("threads=%d idle_cpu_ms=%d\n", mlx.LastBLASThreads(), (processCPU() - before).Milliseconds())
 		})
 		return
 	}
