@@ -156,6 +156,15 @@ def preset(name: str, device: str | None = None) -> Preset:
     return replace(p, device=device) if device else p
 
 
+def id_dtype(vocab_size: int):
+    """The smallest unsigned type that holds every token id of a vocabulary:
+    uint16 for go-tiny's 8192, uint32 for the published Qwen3.5 vocabulary of
+    248,320 (whose ids uint16 would wrap)."""
+    import numpy as np
+
+    return np.uint16 if vocab_size <= 1 << 16 else np.uint32
+
+
 def default_taps(num_target_layers: int, num_draft_layers: int) -> list[int]:
     """z-lab's rule for the target layers a draft reads when none are given:
     one draft layer reads the middle layer; n layers read n taps spread

@@ -42,6 +42,17 @@ def tap_features(target, seqs: np.ndarray, taps: list[int], device: str, batch: 
     return out
 
 
+def mask_token_id(path: Path) -> int:
+    """The id of the tokenizer's mask token, which fills a block's rows after
+    its anchor: the added token <|mask|> (train/bpe.py reserves it)."""
+    ids = [t["id"] for t in read_json(path).get("added_tokens", []) if t.get("content") == MASK]
+    if not ids:
+        raise SystemExit(f"{path}: no added token {MASK!r} for the drafts' mask rows; add one (an unused "
+                         f"id below the target's vocab_size, as the published Qwen3.5 drafts use a reserved "
+                         f"token) or use a tokenizer made by train/bpe.py")
+    return ids[0]
+
+
 def sample_anchors(rng: np.random.Generator, rows: int, count: int, lo: int, hi: int) -> np.ndarray:
     """Sorted distinct anchors in [lo, hi] for each row."""
     span = hi - lo + 1
@@ -67,8 +78,7 @@ def train(p: Preset, work: Path, kind: str, refine: bool = False) -> dict:
     for t in target.parameters():
         t.requires_grad_(False)
     tcfg = read_json(work / "target" / "config.json")
-    mask_id = read_json(work / "tokenizer" / "tokenizer.json")
-    mask_id = next(t["id"] for t in mask_id["added_tokens"] if t["content"] == MASK)
+    mask_id = mask_token_id(work / "tokenizer" / "tokenizer.json")
     cfg = dm.make_draft_config(tcfg, kind, num_layers=p.draft_layers, block_size=p.block_size, mask_token_id=mask_id,
                                intermediate_size=p.draft_intermediate, selector_rank=p.selector_rank, top_k=p.top_k,
                                taps=list(p.draft_taps) if p.draft_taps else None)

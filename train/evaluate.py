@@ -45,7 +45,7 @@ def evaluate_set(p, path: Path, work: Path, target) -> dict:
             continue
         draft = dm.load_draft(work / kind).to(p.device).eval()
         depth = draft.block_size - 1
-        feats = tap_features(target, seqs.astype(np.uint16), draft.taps, p.device).float()
+        feats = tap_features(target, seqs, draft.taps, p.device).float()
         tokens = torch.from_numpy(seqs).to(p.device)
         a = torch.from_numpy(np.tile(anchors, (len(seqs), 1))).to(p.device)
         lengths, per_pos = [], []

@@ -10,7 +10,8 @@ A prompt is a window of `prompt_len` tokens holding no document boundary.
 - outside (with --outside DIR): windows of the .go files under DIR, code that
   is not the corpus at all, to report acceptance where users will run it.
 
-Everything is written to WORK/prompts.npz (uint16) and WORK/prompts.json, a few
+Everything is written to WORK/prompts.npz (uint16 ids, uint32 for vocabularies
+over 65,536) and WORK/prompts.json, a few
 MB: the GPU stages need these and the target, not the corpus.
 """
 
@@ -25,7 +26,7 @@ from tokenizers import Tokenizer
 
 import corpus
 import rename
-from common import EOT, log, preset, seed_everything, write_json
+from common import EOT, id_dtype, log, preset, seed_everything, write_json
 
 
 def prompt_starts(stream: np.ndarray, eot: int, count: int, length: int, rng: np.random.Generator) -> np.ndarray:
@@ -40,18 +41,19 @@ def prompt_starts(stream: np.ndarray, eot: int, count: int, length: int, rng: np
 
 
 def encode(tok: Tokenizer, texts: list[str]) -> np.ndarray:
-    """Documents as one uint16 stream, each followed by <|endoftext|>."""
+    """Documents as one stream of ids, each followed by <|endoftext|>."""
     eot = tok.token_to_id(EOT)
+    dtype = id_dtype(tok.get_vocab_size())
     parts = []
     for enc in tok.encode_batch(texts, add_special_tokens=False):
-        parts.append(np.asarray(enc.ids, dtype=np.uint16))
-        parts.append(np.asarray([eot], dtype=np.uint16))
+        parts.append(np.asarray(enc.ids, dtype=dtype))
+        parts.append(np.asarray([eot], dtype=dtype))
     return np.concatenate(parts)
 
 
 def windows(stream: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     idx = starts[:, None] + np.arange(length)[None, :]
-    return stream[idx].astype(np.uint16)
+    return stream[idx]
 
 
 def outside_files(folder: Path) -> list[Path]:

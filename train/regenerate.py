@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import Qwen3_5ForCausalLM
 
-from common import log, preset, seed_everything, stage_parser
+from common import id_dtype, log, preset, seed_everything, stage_parser
 
 
 @torch.no_grad()
@@ -30,7 +30,7 @@ def continue_greedy(model, prompts: np.ndarray, new_tokens: int, batch: int, dev
             input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
             do_sample=False, eos_token_id=None, pad_token_id=model.config.pad_token_id,
         )
-        rows.append(out.cpu().numpy().astype(np.uint16))
+        rows.append(out.cpu().numpy().astype(id_dtype(model.config.vocab_size)))
         log(f"regenerate: {i + len(x)}/{len(prompts)} sequences")
     return np.concatenate(rows)
 
