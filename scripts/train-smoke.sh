@@ -34,6 +34,8 @@ for f in config.json tokenizer.json dflash/config.json dflash2/config.json famil
 done
 "$py" train/check_draft_fixtures.py >"$work/check.txt" 2>&1 || {
   cat "$work/check.txt" >&2; echo "train-smoke: train/check_draft_fixtures.py failed" >&2; exit 1; }
+"$py" train/check_ids.py >"$work/ids.txt" 2>&1 || {
+  cat "$work/ids.txt" >&2; echo "train-smoke: train/check_ids.py failed" >&2; exit 1; }
 # The shipped family's parity fixture must be what train/parity.py computes
 # now (numbers to float32 round-off; the files themselves may differ in order).
 "$py" train/parity.py --family models/go-tiny --out "$work/shipped" >/dev/null 2>&1
@@ -51,4 +53,4 @@ for k in sorted(tb):
     if ta[k].shape != tb[k].shape or not np.allclose(ta[k], tb[k], rtol=1e-4, atol=1e-4):
         sys.exit(f"train-smoke: {old}/reference.safetensors: {k} differs from what train/parity.py now computes: rerun it")
 PY
-echo "train-smoke: every stage ran, check_draft_fixtures and the go-tiny parity fixture agree ($(( $(date +%s) - start )) s)"
+echo "train-smoke: every stage ran; check_draft_fixtures, check_ids and the go-tiny parity fixture agree ($(( $(date +%s) - start )) s)"
