@@ -328,13 +328,9 @@ func TestSigmoidMulCPU(t *testing.T) {
 					}
 					wantOneNode(t, name, "SigmoidMulCPU", false, got)
 					g := t.Float32s(got)
-					c := t.Float32s(compiled[silu].Call(in.a, in.b)[0])
-					for i := range g {
-						if math.Float32bits(g[i]) != math.Float32bits(c[i]) && !(g[i] != g[i] && c[i] != c[i]) {
-							t.Fatalf("%s: element %d (inputs %v, %v) is %v, MLX's compiled kernel gives %v",
-								name, i, fused.at(i/D, i%D), fused.at(i/D, D+i%D), g[i], c[i])
-						}
-					}
+					sameBits(t, name, g, t.Float32s(compiled[silu].Call(in.a, in.b)[0]), func(i int) string {
+						return fmt.Sprintf("inputs %v, %v", fused.at(i/D, i%D), fused.at(i/D, D+i%D))
+					})
 					// The float64 reference, over the finite values only.
 					finite := newTensor(3, D)
 					gotFinite := make([]float32, len(g))
@@ -431,12 +427,7 @@ func TestConvSiLUCPU(t *testing.T) {
 						}
 						wantOneNode(t, name, "ConvSiLUCPU", false, got)
 						g := t.Float32s(got)
-						c := t.Float32s(compiled.Call(in.x, in.w)[0])
-						for i := range g {
-							if math.Float32bits(g[i]) != math.Float32bits(c[i]) && !(g[i] != g[i] && c[i] != c[i]) {
-								t.Fatalf("%s: element %d is %v, MLX's compiled kernel gives %v", name, i, g[i], c[i])
-							}
-						}
+						sameBits(t, name, g, t.Float32s(compiled.Call(in.x, in.w)[0]), nil)
 						finite := newTensor(1, L, C)
 						gotFinite := make([]float32, len(g))
 						for i := range g {

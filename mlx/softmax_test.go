@@ -9,8 +9,6 @@ import (
 	"github.com/specula-dev/specula/mlx/mlxtest"
 )
 
-// sameBits fails unless got and want agree element for element to the bit
-// (two NaNs agree whatever their payloads).
 // wantOneNode fails unless the graph of arrays holds one node of kind
 // (and, with alone, no other node): a CPU kernel served the call whole.
 func wantOneNode(t *mlxtest.T, name, kind string, alone bool, arrays ...*mlx.Array) {
@@ -26,15 +24,19 @@ func wantOneNode(t *mlxtest.T, name, kind string, alone bool, arrays ...*mlx.Arr
 	}
 }
 
-func sameBits(t *mlxtest.T, name string, got, want []float32, in []float32) {
+// sameBits fails unless got and want (MLX's result) agree element for
+// element to the bit (two NaNs agree whatever their payloads); inputs, when
+// not nil, describes the inputs of a differing element for the message.
+func sameBits(t *mlxtest.T, name string, got, want []float32, inputs func(i int) string) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d elements, MLX gives %d", name, len(got), len(want))
 	}
 	for i := range got {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
 			at := ""
-			if in != nil {
-				at = fmt.Sprintf(" (input %v)", in[i])
+			if inputs != nil {
+				at = " (" + inputs(i) + ")"
 			}
 			t.Fatalf("%s: element %d%s is %v (%#08x), MLX gives %v (%#08x)", name, i, at,
 				got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
@@ -88,7 +90,7 @@ func TestSoftmaxCPU(t *testing.T) {
 			}
 			wantOneNode(t, name, "SoftmaxCPU", false, got)
 			g := t.Float32s(got)
-			sameBits(t, name, g, t.Float32s(mlx.Softmax(x, true, -1)), vals)
+			sameBits(t, name, g, t.Float32s(mlx.Softmax(x, true, -1)), func(i int) string { return fmt.Sprintf("input %v", vals[i]) })
 			if !refCheck {
 				return
 			}
