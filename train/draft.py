@@ -105,6 +105,7 @@ def train(p: Preset, work: Path, kind: str, refine: bool = False) -> dict:
     head = target.get_output_embeddings().weight
     weights = dm.position_weights(draft.block_size, dev)
     peak = p.dflash2_refine_lr if refine else p.draft_lr
+    budget = p.dflash2_refine_seconds if refine else p.dflash2_seconds if kind == "dflash2" else p.draft_seconds
     opt = torch.optim.AdamW([t for t in draft.parameters() if t.requires_grad], lr=peak,
                             betas=(0.9, 0.95), weight_decay=0.01, fused=dev.startswith("cuda"))
     rng = np.random.default_rng(p.seed + (17 if refine else 7))
@@ -149,7 +150,6 @@ def train(p: Preset, work: Path, kind: str, refine: bool = False) -> dict:
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
             rate = (step - 10) / (time.monotonic() - t10)
-            budget = p.dflash2_refine_seconds if refine else p.dflash2_seconds if kind == "dflash2" else p.draft_seconds
             total = min(p.draft_steps, max(step, step + int((budget - (time.monotonic() - start)) * rate)))
             if step == 30:
                 log(f"{name}: {rate:.1f} steps/s: {total} steps")
