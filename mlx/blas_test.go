@@ -131,7 +131,7 @@ func TestSmallRowProducts(t *testing.T) {
 		for _, k := range []int{384, 37} { // 37: a remainder after the 8-lane part
 			w := randTensor(r, 50, k).roundF32()
 			wm := w.mlx()
-			for _, m := range []int{1, 2, 3, 4, 5, 8, 13, 16, 17} {
+			for _, m := range []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 17} {
 				x := randTensor(r, m, k).roundF32()
 				before := mlx.SmallRowProducts()
 				got := mlx.Linear(x.mlx(), wm)

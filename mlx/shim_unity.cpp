@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: a598e87ea77669ca4a143a0a3a43536c
+// shim digest: 804f921d9af93683f3a80ea72c2f886c
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
