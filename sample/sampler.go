@@ -97,6 +97,11 @@ func (s *Sampler) SampleDistribution(d Distribution) *mlx.Array {
 	return pick(d.IDs, j)
 }
 
+// Skip consumes n random keys without drawing: a caller that knows what
+// its draws would give (greedy verification) keeps the keys of later draws
+// where the full path would have them.
+func (s *Sampler) Skip(n int) { s.next += uint64(n) }
+
 // Uniform returns r independent draws from [0, 1): float32 [r]. It consumes
 // one random key.
 func (s *Sampler) Uniform(r int) *mlx.Array {

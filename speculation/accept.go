@@ -45,16 +45,23 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	logits := cfg.Target.Unembed(hidden)
 	probe := s.logitsProbe(logits)
 	p := s.sampler.Distribution(mlx.Reshape(logits, n+1, logits.Dim(-1)), drafts)
-	pd := p.Slice(0, n)
-
-	// 4. Accept d_i with probability min(1, p_i/q_i): u·q < p, defined for q = 0.
-	pi := sample.Prob(pd, drafts)
-	qi := sample.Prob(cand.Dist, drafts)
-	u := s.sampler.Uniform(n)
-	flags := mlx.Less(mlx.Multiply(u, qi), pi)
-	// 5. Residual draws for every row at once; 6. the bonus from row n.
-	res := s.sampler.SampleDistribution(sample.Residual(pd, cand.Dist))
-	bonus := s.sampler.SampleDistribution(p.Slice(n, n+1))
+	var flags, res, bonus *mlx.Array
+	if s.sampler.Temperature() <= 0 {
+		flags, res, bonus = greedyVerdict(p, drafts, n)
+		// The general path's three draws (the uniforms, the residuals, the
+		// bonus) each take a key; skipping them keeps the keys that follow.
+		s.sampler.Skip(3)
+	} else {
+		pd := p.Slice(0, n)
+		// 4. Accept d_i with probability min(1, p_i/q_i): u·q < p, defined for q = 0.
+		pi := sample.Prob(pd, drafts)
+		qi := sample.Prob(cand.Dist, drafts)
+		u := s.sampler.Uniform(n)
+		flags = mlx.Less(mlx.Multiply(u, qi), pi)
+		// 5. Residual draws for every row at once; 6. the bonus from row n.
+		res = s.sampler.SampleDistribution(sample.Residual(pd, cand.Dist))
+		bonus = s.sampler.SampleDistribution(p.Slice(n, n+1))
+	}
 
 	// 7. One evaluation, read back in one small transfer: the outcome is
 	// reduced on the device to [accepted, d_0 … d_{n−1}, next] (see
@@ -127,6 +134,18 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	// 14. The penalty history.
 	s.sampler.Commit(v.tokens)
 	return v, nil
+}
+
+// greedyVerdict is steps 4–6 at temperature 0, where each row of p is one
+// token with probability 1, the target's choice g_i: the test u·q_i < p_i
+// passes exactly when d_i = g_i (u < 1, q_i ≤ 1), a rejected row's residual
+// keeps only g_i (p's support), and the bonus is g_n. So the verdict is an
+// id comparison, a handful of nodes where the general path builds about
+// twenty; TestGreedyVerdictMatchesGeneral holds the two equal.
+func greedyVerdict(p sample.Distribution, drafts *mlx.Array, n int) (flags, res, bonus *mlx.Array) {
+	g := mlx.Reshape(p.IDs, n+1)
+	res = mlx.SliceAxis(g, 0, 0, n)
+	return mlx.Equal(res, drafts), res, mlx.SliceAxis(g, 0, n, n+1)
 }
 
 // outcome reduces a verification to what the host needs, as one int32 array
