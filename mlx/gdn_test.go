@@ -115,6 +115,41 @@ func TestGatedDeltaScanMatchesSpec(t *testing.T) {
 	}
 }
 
+// A speculative round scans its tokens from the state the previous scan
+// left: the states the primitive returns (held in the scan's own layout,
+// shaped by their strides) must serve as the next scan's initial state. Two
+// chained scans — the first's state at its split, then the rest — equal,
+// bit for bit, one scan with a bound at the split, for every split; the
+// states also read back as the float64 reference's through MLX ops.
+func TestGatedDeltaScanChainsItsStates(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		const L, hk, hv, dk, dv = 7, 3, 6, 64, 64
+		q, k, v, alpha, beta, state := gdnInputs(newRand(t), L, hk, hv, dk, dv)
+		in := []*mlx.Array{q.mlx(), k.mlx(), v.mlx(), alpha.mlx(), beta.mlx(), state.mlx()}
+		tokens := func(a *mlx.Array, from, to int) *mlx.Array { return mlx.SliceAxis(a, 1, from, to) }
+		for split := 1; split < L; split++ {
+			whole, wholeStates := mlx.GatedDeltaScan(in[0], in[1], in[2], in[3], in[4], in[5], []int{split, L})
+			first, firstStates := mlx.GatedDeltaScan(tokens(in[0], 0, split), tokens(in[1], 0, split), tokens(in[2], 0, split),
+				tokens(in[3], 0, split), tokens(in[4], 0, split), in[5], []int{split})
+			rest, restStates := mlx.GatedDeltaScan(tokens(in[0], split, L), tokens(in[1], split, L), tokens(in[2], split, L),
+				tokens(in[3], split, L), tokens(in[4], split, L), firstStates[0], []int{L - split})
+			pairs := [][2]*mlx.Array{
+				{mlx.Concatenate(1, first, rest), whole}, {firstStates[0], wholeStates[0]}, {restStates[0], wholeStates[1]},
+			}
+			for i, p := range pairs {
+				a, b := t.Float32s(p[0]), t.Float32s(p[1])
+				for j := range a {
+					if a[j] != b[j] {
+						t.Fatalf("split %d, pair %d (outputs, state at the split, final state), element %d: chained %v, one scan %v", split, i, j, a[j], b[j])
+					}
+				}
+			}
+			_, wantStates := gdnRef(q, k, v, alpha, beta, state, []int{split, L})
+			check(t, "state through an MLX op", mlx.Multiply(restStates[0], mlx.Scalar(1, mlx.Float32)), wantStates[1], 1e-5, 2e-6)
+		}
+	})
+}
+
 // Inputs that are views — a slice of wider rows (as v is of the convolution
 // output), a transposed array, a broadcast — are read through their strides.
 func TestGatedDeltaScanReadsViews(t *testing.T) {

@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 804f921d9af93683f3a80ea72c2f886c
+// shim digest: 499c667f142c5a1dfaa60432b3f9e52a
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"

@@ -25,6 +25,8 @@
 #include <immintrin.h>
 #endif
 
+#include <cstring>
+
 #include "mlx/allocator.h"
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/primitives.h"
@@ -134,7 +136,7 @@ struct scan_args {
   int L, hk, hv, dk, dv;
   float* out;                  // [1, L, Hv, Dv], contiguous
   std::vector<int> bounds;     // ascending token counts in 1 … L
-  std::vector<float*> states;  // per bound: [1, Hv, Dv, Dk], contiguous
+  std::vector<float*> states;  // per bound: [1, Hv, Dv, Dk], held as [1, Hv, Dk, Dv] (see eval_cpu)
 };
 
 // scan_head runs value head h over all tokens. The state is held transposed,
@@ -145,7 +147,10 @@ struct scan_args {
 SPX_SIMD_CLONES
 void scan_head(const scan_args& x, int h, float* st, float* kv, float* d) {
   const int dv = x.dv, dk = x.dk, hk = h / (x.hv / x.hk);
-  if (x.s0.st[3] == 1) {
+  if (x.s0.st[2] == 1 && x.s0.st[3] == dv) {
+    // A state this primitive wrote: already in the scan's layout.
+    std::memcpy(st, x.s0.p + h * x.s0.st[1], sizeof(float) * dk * dv);
+  } else if (x.s0.st[3] == 1) {
     transpose(x.s0.p + h * x.s0.st[1], x.s0.st[2], st, dv, dv, dk);
   } else {
     for (int i = 0; i < dv; i++) {
@@ -186,7 +191,7 @@ void scan_head(const scan_args& x, int h, float* st, float* kv, float* d) {
       }
     }
     while (next < x.bounds.size() && x.bounds[next] == t + 1) {
-      transpose(st, dv, x.states[next] + (size_t)h * dv * dk, dk, dk, dv);
+      std::memcpy(x.states[next] + (size_t)h * dv * dk, st, sizeof(float) * dk * dv);
       next++;
     }
   }
@@ -209,8 +214,27 @@ class GatedDeltaScan : public mx::Primitive {
       : mx::Primitive(s), bounds_(std::move(bounds)) {}
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
-    for (auto& o : out) {
-      o.set_data(mx::allocator::malloc(o.nbytes()));
+    out[0].set_data(mx::allocator::malloc(out[0].nbytes()));
+    // The states keep the scan's own layout, each head's state transposed
+    // ([1, Hv, Dk, Dv] in memory), and are shaped [1, Hv, Dv, Dk] by their
+    // strides: a bound's state is then one copy of the scan's buffer rather
+    // than a transposition, and the next scan, reading it as its initial
+    // state, copies it back the same way. A speculative round writes a state
+    // per verified token, per head and layer (go-tiny: 4.7 MB per round), and
+    // the transpositions were ~6 % of the CPU stream thread's time. Readers
+    // that need rows (Bytes, MLX ops) see an ordinary transposed view.
+    const int64_t hv = in[2].shape(2), dv = in[2].shape(3), dk = in[0].shape(3);
+    for (size_t i = 1; i < out.size(); i++) {
+      auto& o = out[i];
+      if (dv == 1 || dk == 1) {
+        o.set_data(mx::allocator::malloc(o.nbytes()));
+        continue;
+      }
+      mx::array::Flags flags;
+      flags.contiguous = true;
+      flags.row_contiguous = false;
+      flags.col_contiguous = false;
+      o.set_data(mx::allocator::malloc(o.nbytes()), o.size(), {hv * dv * dk, dv * dk, 1, dv}, flags);
     }
     scan_args x;
     x.q = view_of(in[0]);
