@@ -5,7 +5,7 @@
 # the CPU into a temporary folder — corpus, tokenizer, target, regeneration,
 # DFlash, DFlash2, evaluation, export, parity — then
 # train/check_draft_fixtures.py (the training forward against z-lab's
-# reference drafts) and the parity of the shipped family
+# reference drafts), check_ids.py, check_rename.py and the parity of the shipped family
 # (train/parity.py over models/go-tiny must reproduce
 # testdata/fixtures/go-tiny). The Python environment is .deps/train-venv
 # (scripts/train-env.sh: a few minutes the first time, then a stamp check).
@@ -36,6 +36,8 @@ done
   cat "$work/check.txt" >&2; echo "train-smoke: train/check_draft_fixtures.py failed" >&2; exit 1; }
 "$py" train/check_ids.py >"$work/ids.txt" 2>&1 || {
   cat "$work/ids.txt" >&2; echo "train-smoke: train/check_ids.py failed" >&2; exit 1; }
+"$py" train/check_rename.py >"$work/rename.txt" 2>&1 || {
+  cat "$work/rename.txt" >&2; echo "train-smoke: train/check_rename.py failed" >&2; exit 1; }
 # The shipped family's parity fixture must be what train/parity.py computes
 # now (numbers to float32 round-off; the files themselves may differ in order).
 "$py" train/parity.py --family models/go-tiny --out "$work/shipped" >/dev/null 2>&1
@@ -53,4 +55,4 @@ for k in sorted(tb):
     if ta[k].shape != tb[k].shape or not np.allclose(ta[k], tb[k], rtol=1e-4, atol=1e-4):
         sys.exit(f"train-smoke: {old}/reference.safetensors: {k} differs from what train/parity.py now computes: rerun it")
 PY
-echo "train-smoke: every stage ran; check_draft_fixtures, check_ids and the go-tiny parity fixture agree ($(( $(date +%s) - start )) s)"
+echo "train-smoke: every stage ran; check_draft_fixtures, check_ids, check_rename and the go-tiny parity fixture agree ($(( $(date +%s) - start )) s)"

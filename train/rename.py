@@ -41,14 +41,17 @@ def code_identifiers(text: str) -> set[str]:
 
 
 def pieces(texts, limit: int = 4000) -> list[str]:
-    """The commonest lower-case pieces of the code identifiers in texts."""
+    """The commonest lower-case pieces of the code identifiers in texts, ties
+    in alphabetical order. (Counting in a set's order and keeping most_common's
+    order of ties made the list, and with it every renamed prompt, depend on
+    the process's string-hash seed.)"""
     count = Counter()
     for text in texts:
         for name in code_identifiers(text):
             for piece in CAMEL.findall(name):
                 if piece.isalpha() and 2 <= len(piece) <= 10:
                     count[piece.lower()] += 1
-    return [p for p, _ in count.most_common(limit)]
+    return [p for p, _ in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]]
 
 
 class Renamer:
