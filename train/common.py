@@ -53,6 +53,12 @@ class Preset:
     # its accuracy on one training batch (row 1: 0.83) stood far above the
     # held-out one (0.54).
     regen_sequences: int = 49152
+    # DFlash2's refining pass learns from as many other continuations (prompt
+    # windows distinct from the first set's, a fresh renaming): the first
+    # passes see the first set ~10 times, and a second look at the same
+    # sequences overfits. Its taps replace the first set's on the GPU. 0: the
+    # refining pass reuses the first set.
+    refine_sequences: int = 49152
     # Prompts as long as the code users continue (specula's own files give
     # prompts of 100-900 tokens): a draft attends to every earlier position,
     # and offsets it never saw in training are noise to it. With the 192
@@ -119,6 +125,7 @@ SMOKE = replace(
     target_tokens=2_000,
     target_seconds=60.0,
     regen_sequences=32,
+    refine_sequences=32,
     prompt_len=16,
     gen_len=24,
     regen_batch=16,

@@ -10,7 +10,8 @@ DFlash2 starts from the trained DFlash draft's backbone (its convolutions
 start as the identity, so it starts out computing exactly what DFlash does)
 and adds the candidate selector's loss. Its refining pass (--refine) trains the
 whole DFlash2 draft once more from where that left it, with a fresh optimiser
-and a second, lower learning-rate schedule (a warm restart).
+and a second, lower learning-rate schedule (a warm restart), on continuations
+of other prompts (regenerated-refine.npy) when stage 3 drew them.
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def train(p: Preset, work: Path, kind: str, refine: bool = False) -> dict:
     params = dm.count_parameters(draft)
     log(f"{kind}: {params:,} parameters, taps {draft.taps}, block {draft.block_size}")
 
-    seqs = np.load(work / "regenerated.npy")
+    data = work / "regenerated.npy"
+    if refine and (work / "regenerated-refine.npy").exists():
+        data = work / "regenerated-refine.npy"
+    seqs = np.load(data)
+    log(f"{kind}: {len(seqs)} sequences from {data.name}")
     start = time.monotonic()
     feats = tap_features(target, seqs, draft.taps, dev)
     tokens = torch.from_numpy(seqs.astype(np.int64)).to(dev)

@@ -7,6 +7,9 @@ A prompt is a window of `prompt_len` tokens holding no document boundary.
   drafts also learn the target's continuations of code whose names it has
   never seen — what it meets outside its corpus.
 - eval: windows of the held-out packages.
+- refine (refine_sequences > 0): more training-split windows, none of them a
+  plain train window, and windows of a second renaming: DFlash2's refining
+  pass learns from these.
 - outside (with --outside DIR): windows of the .go files under DIR, code that
   is not the corpus at all, to report acceptance where users will run it.
 
@@ -29,11 +32,15 @@ import rename
 from common import EOT, id_dtype, log, preset, seed_everything, write_json
 
 
-def prompt_starts(stream: np.ndarray, eot: int, count: int, length: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` distinct window starts whose windows hold no <|endoftext|>."""
+def prompt_starts(stream: np.ndarray, eot: int, count: int, length: int, rng: np.random.Generator,
+                  exclude: np.ndarray | None = None) -> np.ndarray:
+    """`count` distinct window starts whose windows hold no <|endoftext|>,
+    none of them in `exclude`."""
     boundary = np.concatenate([[0], np.cumsum(stream == eot)])
     n = len(stream) - length + 1  # starts whose window fits
     ok = np.flatnonzero(boundary[length:length + n] == boundary[:n])
+    if exclude is not None:
+        ok = np.setdiff1d(ok, exclude, assume_unique=True)
     if len(ok) < count:
         raise SystemExit(f"prompts: only {len(ok)} windows of {length} tokens without a document boundary, "
                          f"{count} wanted; lower prompt_len or the count")
@@ -79,9 +86,9 @@ def main() -> None:
     sets = {}
 
     renamed_count = int(round(p.regen_sequences * p.rename_fraction))
-    plain = windows(stream := encode(tok, train_docs), prompt_starts(stream, eot, p.regen_sequences - renamed_count,
-                                                                    p.prompt_len, rng), p.prompt_len)
-    parts = [plain]
+    train_stream = encode(tok, train_docs)
+    plain_starts = prompt_starts(train_stream, eot, p.regen_sequences - renamed_count, p.prompt_len, rng)
+    parts = [windows(train_stream, plain_starts, p.prompt_len)]
     if renamed_count:
         renamer = rename.Renamer(rename.pieces(train_docs), p.rename_share, rng)
         stream = encode(tok, [renamer(t) for t in train_docs])
@@ -107,6 +114,19 @@ def main() -> None:
         record["sets"]["outside"] = {"count": p.eval_prompts, "source": args.outside.name, "files": len(files),
                                      "characters": sum(len(t) for t in texts), "file_list_sha256": digest,
                                      "chars_per_token": round(sum(len(t) for t in texts) / (len(stream) - len(files)), 2)}
+    if p.refine_sequences:
+        # Drawn last, so the sets above are the same with or without it.
+        renamed = int(round(p.refine_sequences * p.rename_fraction))
+        parts = [windows(train_stream, prompt_starts(train_stream, eot, p.refine_sequences - renamed, p.prompt_len, rng,
+                                                     exclude=plain_starts), p.prompt_len)]
+        if renamed:
+            renamer = rename.Renamer(rename.pieces(train_docs), p.rename_share, rng)
+            stream = encode(tok, [renamer(t) for t in train_docs])
+            parts.append(windows(stream, prompt_starts(stream, eot, renamed, p.prompt_len, rng), p.prompt_len))
+        refine = np.concatenate(parts)
+        sets["refine"] = refine[rng.permutation(len(refine))]
+        record["sets"]["refine"] = {"count": len(refine), "renamed": renamed, "rename_share": p.rename_share,
+                                    "source": "training split: windows other than train's, a second renaming"}
     np.savez_compressed(args.work / "prompts.npz", **sets)
     write_json(args.work / "prompts.json", record)
     size = (args.work / "prompts.npz").stat().st_size

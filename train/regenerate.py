@@ -1,7 +1,8 @@
 """Stage 5: the target writes the drafts' training data.
 
 The frozen bfloat16 target continues each prompt of prompts.npz (stage 3)
-greedily. The drafts then learn the target's own continuations — what
+greedily: the training set (regenerated.npy) and, where stage 3 drew one, the
+refining pass's own (regenerated-refine.npy). The drafts then learn the target's own continuations — what
 verification will accept — rather than the corpus. The evaluation sets
 (held-out packages, and code outside the corpus where stage 3 had it) are
 continued the same way.
@@ -47,7 +48,8 @@ def main() -> None:
     seed_everything(p.seed)
     prompts = np.load(args.work / "prompts.npz")
     model = load_target(args.work / "target", p.device)
-    sets = {"regenerated": ("train", p.gen_len), "eval": ("eval", p.eval_gen), "outside": ("outside", p.eval_gen)}
+    sets = {"regenerated": ("train", p.gen_len), "regenerated-refine": ("refine", p.gen_len),
+            "eval": ("eval", p.eval_gen), "outside": ("outside", p.eval_gen)}
     for name, (key, new) in sets.items():
         if key not in prompts:
             continue
