@@ -75,6 +75,8 @@ PY
         --split --json --quiet > "$dir/bench-pipeline$p-run$k.json"
     done
   done
+  # The table's "bw %" needs the weights' size after KEEP=0 removed them.
+  stat -c %s "$dir"/target/*.safetensors | awk '{s += $1} END {print s}' > "$dir/weight-bytes"
   if [ "${KEEP:-1}" = 0 ]; then rm -rf "$dir/target"; fi
 done
 
@@ -89,7 +91,8 @@ head = ("shape", "pipe", "plain tok/s", "bw %", "step ms", "build/sub/wait", "or
 rows = [head]
 for shape in shapes:
     d = out / f"{shape}-{dtype}-{layers}"
-    wbytes = sum(f.stat().st_size for f in (d / "target").glob("*.safetensors")) if (d / "target").exists() else 0
+    sizes = d / "weight-bytes"
+    wbytes = int(sizes.read_text().split()[0]) if sizes.exists() else 0
     for p in ("1", "0"):
         runs = [json.loads(f.read_text()) for f in sorted(d.glob(f"bench-pipeline{p}-run*.json"))]
         if not runs:
