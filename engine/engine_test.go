@@ -390,7 +390,7 @@ func TestNoDraft(t *testing.T) {
 
 // confidence_floor reaches the speculation core: on the fixture pair a high
 // floor verifies fewer drafts than none, the output stays plain decoding's,
-// and an unset floor drafts exactly as the device's default does (0.3 on
+// and an unset floor drafts exactly as the device's default does (0.1 on
 // the CPU, 0 on a GPU).
 func TestConfidenceFloorFromManifest(t *testing.T) {
 	ref := loadReference(t, "qwen35-tiny")

@@ -133,11 +133,14 @@ const (
 	// has a block larger than 16, so 64 leaves room without admitting typos
 	// like 700.
 	MaxDepthLimit = 64
-	// DefaultConfidenceFloor is confidence_floor's CPU default: on go-tiny's
-	// trained DFlash2 draft (docs/PERFORMANCE.md) floors of 0.3-0.45
-	// verified 2.5-3.1 drafts a round instead of 7 for 3-8 % fewer
-	// accepted tokens.
-	DefaultConfidenceFloor = 0.3
+	// DefaultConfidenceFloor is confidence_floor's CPU default. On go-tiny's
+	// trained DFlash2 (docs/PERFORMANCE.md, 2026-12-04 evening) 0.1 kept
+	// 3.04 accepted tokens a round where 0.3 kept 2.90 and verifying every
+	// draft 3.05, at the best speed measured (1.50-1.65x against 1.41-1.65x
+	// for 0.3 and 1.45x for none): once few-row products ran in register
+	// tiles, a verified row cost less than the earlier default of 0.3
+	// assumed.
+	DefaultConfidenceFloor = 0.1
 )
 
 // Sampling is the [sampling] table: defaults for requests that do not set
