@@ -36,7 +36,8 @@ def digest(texts: list[str]) -> str:
 
 
 def sources() -> list[str]:
-    """The sample and the .go files of testdata (specula's own), sorted."""
+    """The sample and some of specula's own .go files (models/go-tiny's, the
+    first 8 of tokenizer/), sorted."""
     root = Path(__file__).resolve().parent.parent
     files = sorted((root / "models" / "go-tiny").glob("*.go")) + sorted((root / "tokenizer").glob("*.go"))[:8]
     return [SAMPLE] + [f.read_text(encoding="utf-8") for f in files]

@@ -85,19 +85,30 @@ def main() -> None:
     record = {"prompt_len": p.prompt_len, "sets": {}}
     sets = {}
 
-    renamed_count = int(round(p.regen_sequences * p.rename_fraction))
     train_stream = encode(tok, train_docs)
-    plain_starts = prompt_starts(train_stream, eot, p.regen_sequences - renamed_count, p.prompt_len, rng)
-    parts = [windows(train_stream, plain_starts, p.prompt_len)]
-    if renamed_count:
-        renamer = rename.Renamer(rename.pieces(train_docs), p.rename_share, rng)
-        stream = encode(tok, [renamer(t) for t in train_docs])
-        parts.append(windows(stream, prompt_starts(stream, eot, renamed_count, p.prompt_len, rng), p.prompt_len))
-        log(f"prompts: {renamed_count} of {p.regen_sequences} training prompts from renamed documents "
+    vocabulary = []  # the identifier pieces new names are built from, counted once
+
+    def training_set(count: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+        """`count` shuffled windows of the training split, a rename_fraction of
+        them from a fresh renaming of it; the plain windows' starts avoid
+        `exclude`. Returns the windows, the plain starts and the renamed count."""
+        renamed = int(round(count * p.rename_fraction))
+        starts = prompt_starts(train_stream, eot, count - renamed, p.prompt_len, rng, exclude=exclude)
+        parts = [windows(train_stream, starts, p.prompt_len)]
+        if renamed:
+            if not vocabulary:
+                vocabulary.extend(rename.pieces(train_docs))
+            renamer = rename.Renamer(vocabulary, p.rename_share, rng)
+            stream = encode(tok, [renamer(t) for t in train_docs])
+            parts.append(windows(stream, prompt_starts(stream, eot, renamed, p.prompt_len, rng), p.prompt_len))
+        drawn = np.concatenate(parts)
+        return drawn[rng.permutation(len(drawn))], starts, renamed
+
+    sets["train"], plain_starts, renamed = training_set(p.regen_sequences)
+    if renamed:
+        log(f"prompts: {renamed} of {p.regen_sequences} training prompts from renamed documents "
             f"(share {p.rename_share} of each document's identifiers)")
-    train = np.concatenate(parts)
-    sets["train"] = train[rng.permutation(len(train))]
-    record["sets"]["train"] = {"count": len(train), "renamed": renamed_count, "rename_share": p.rename_share}
+    record["sets"]["train"] = {"count": p.regen_sequences, "renamed": renamed, "rename_share": p.rename_share}
 
     stream = encode(tok, heldout_docs)
     sets["eval"] = windows(stream, prompt_starts(stream, eot, p.eval_prompts, p.prompt_len, rng), p.prompt_len)
@@ -116,16 +127,8 @@ def main() -> None:
                                      "chars_per_token": round(sum(len(t) for t in texts) / (len(stream) - len(files)), 2)}
     if p.refine_sequences:
         # Drawn last, so the sets above are the same with or without it.
-        renamed = int(round(p.refine_sequences * p.rename_fraction))
-        parts = [windows(train_stream, prompt_starts(train_stream, eot, p.refine_sequences - renamed, p.prompt_len, rng,
-                                                     exclude=plain_starts), p.prompt_len)]
-        if renamed:
-            renamer = rename.Renamer(rename.pieces(train_docs), p.rename_share, rng)
-            stream = encode(tok, [renamer(t) for t in train_docs])
-            parts.append(windows(stream, prompt_starts(stream, eot, renamed, p.prompt_len, rng), p.prompt_len))
-        refine = np.concatenate(parts)
-        sets["refine"] = refine[rng.permutation(len(refine))]
-        record["sets"]["refine"] = {"count": len(refine), "renamed": renamed, "rename_share": p.rename_share,
+        sets["refine"], _, renamed = training_set(p.refine_sequences, exclude=plain_starts)
+        record["sets"]["refine"] = {"count": p.refine_sequences, "renamed": renamed, "rename_share": p.rename_share,
                                     "source": "training split: windows other than train's, a second renaming"}
     np.savez_compressed(args.work / "prompts.npz", **sets)
     write_json(args.work / "prompts.json", record)

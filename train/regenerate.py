@@ -2,10 +2,10 @@
 
 The frozen bfloat16 target continues each prompt of prompts.npz (stage 3)
 greedily: the training set (regenerated.npy) and, where stage 3 drew one, the
-refining pass's own (regenerated-refine.npy). The drafts then learn the target's own continuations — what
-verification will accept — rather than the corpus. The evaluation sets
-(held-out packages, and code outside the corpus where stage 3 had it) are
-continued the same way.
+refining pass's own (regenerated-refine.npy). The drafts then learn the
+target's own continuations — what verification will accept — rather than the
+corpus. The evaluation sets (held-out packages, and code outside the corpus
+where stage 3 had it) are continued the same way.
 """
 
 from __future__ import annotations
