@@ -97,35 +97,32 @@ func proposal(r *rand.Rand, kind int, drafts, argmax []int32, vocab int) sample.
 		}
 		return sample.Distribution{IDs: mlx.FromInt32s(ids, n, 1), Probs: mlx.FromFloat32s(ones, n, 1)}
 	case 1:
-		probs := make([]float32, n*vocab)
-		for row := range n {
-			var sum float32
-			for j := range vocab {
-				probs[row*vocab+j] = r.Float32() + 1e-3
-				sum += probs[row*vocab+j]
-			}
-			for j := range vocab {
-				probs[row*vocab+j] /= sum
-			}
-		}
-		return sample.Distribution{Probs: mlx.FromFloat32s(probs, n, vocab)}
+		return sample.Distribution{Probs: mlx.FromFloat32s(randomRows(r, n, vocab), n, vocab)}
 	default:
 		ids := make([]int32, n*4)
-		probs := make([]float32, n*4)
 		for row := range n {
 			ids[row*4] = drafts[row]
 			for j := 1; j < 4; j++ {
 				ids[row*4+j] = int32((int(drafts[row]) + j*7) % vocab)
 			}
-			var sum float32
-			for j := range 4 {
-				probs[row*4+j] = r.Float32() + 1e-3
-				sum += probs[row*4+j]
-			}
-			for j := range 4 {
-				probs[row*4+j] /= sum
-			}
 		}
-		return sample.Distribution{IDs: mlx.FromInt32s(ids, n, 4), Probs: mlx.FromFloat32s(probs, n, 4)}
+		return sample.Distribution{IDs: mlx.FromInt32s(ids, n, 4), Probs: mlx.FromFloat32s(randomRows(r, n, 4), n, 4)}
 	}
+}
+
+// randomRows returns rows × width positive probabilities, each row summing to 1.
+func randomRows(r *rand.Rand, rows, width int) []float32 {
+	probs := make([]float32, rows*width)
+	for row := range rows {
+		p := probs[row*width : (row+1)*width]
+		var sum float32
+		for j := range p {
+			p[j] = r.Float32() + 1e-3
+			sum += p[j]
+		}
+		for j := range p {
+			p[j] /= sum
+		}
+	}
+	return probs
 }
