@@ -42,6 +42,8 @@ type Compiled struct {
 	freed  bool
 	// sigs are the input signatures MLX holds traces for (worker-owned).
 	sigs map[string]struct{}
+	// outs receives the output handles of a call (worker-owned, reused).
+	outs []C.spx_array
 }
 
 // compileDisabled is read once: SPECULA_COMPILE=0 turns compilation off.
@@ -57,13 +59,10 @@ func Compile(name string, nout int, fn func(in []*Array) []*Array) *Compiled {
 	if nout < 1 {
 		panic("mlx: Compile needs at least one output")
 	}
-	f := &Compiled{name: name, nout: nout, fn: fn}
+	f := &Compiled{name: name, nout: nout, fn: fn, outs: make([]C.spx_array, nout)}
 	f.handle = cgo.NewHandle(f)
 	return f
 }
-
-// maxCompiledOutputs bounds the outputs of one compiled function.
-const maxCompiledOutputs = 16
 
 // MaxTracedSignatures bounds the input signatures whose traces MLX keeps
 // per compiled function. MLX looks a call's trace up by scanning them, and
@@ -106,7 +105,9 @@ func (f *Compiled) Call(inputs ...*Array) []*Array {
 		}
 		f.sigs[sig] = struct{}{}
 	}
-	var cs [maxCompiledOutputs]C.spx_array
+	// One slot per declared output (the shim refuses to write more).
+	cs := f.outs
+	clear(cs)
 	var n C.size_t
 	var in *C.spx_array
 	if len(hs) > 0 {

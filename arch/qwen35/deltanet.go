@@ -16,6 +16,19 @@ const l2Eps = 1e-6
 // x [1, L, H]. It reads and replaces the state in c, producing the states
 // c.SnapshotSplits asks for inside this same forward.
 func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx.Array {
+	splits := c.SnapshotSplits(x.Dim(1))
+	out, convs, deltas := m.deltaMix(g, x, c.ConvState(), c.DeltaState(), splits)
+	c.Put(convs, deltas)
+	return out
+}
+
+// deltaMix is deltaNet's computation as a pure function of its state: from
+// the convolution tail conv [1, Kc−1, convDim] and the delta state [1, Hv,
+// Dv, Dk] it returns the mixer's output and, for each boundary in splits
+// (interior token counts, ascending) and then for L, the tail and the state
+// there — what cache.Recurrent.Put takes. (A compiled segment of layers
+// runs it on traced states; see segments.go.)
+func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, splits []int) (out *mlx.Array, convs, deltas []*mlx.Array) {
 	cfg := m.local
 	L := x.Dim(1)
 	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
@@ -34,8 +47,7 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	// Causal depthwise convolution over [tail; rows]: the tail holds the
 	// previous Kc−1 pre-convolution rows, and row t of the output reads
 	// padded rows t … t+Kc−1 (the last tap is the current row).
-	splits := c.SnapshotSplits(L)
-	padded := mlx.Concatenate(1, c.ConvState(), mixed)
+	padded := mlx.Concatenate(1, convState, mixed)
 	conved, ok := mlx.ConvSiLUCPU(padded, g.conv) // the same values as one vectorised CPU node
 	if !ok {
 		conved = causalConvSiLU.Call(padded, g.conv)[0]
@@ -47,28 +59,25 @@ func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx
 	v := mlx.Reshape(qkv[2], 1, L, hv, dv)
 
 	bounds := append(slices.Clone(splits), L)
-	var out *mlx.Array
-	var deltas []*mlx.Array
 	switch {
 	case useScanKernel(dk):
-		out, deltas = gatedDeltaScanKernel(q, k, v, alpha, beta, c.DeltaState(), bounds)
-	case useCPUScan(q, k, v, alpha, beta, c.DeltaState()):
-		out, deltas = mlx.GatedDeltaScan(q, k, v, alpha, beta, c.DeltaState(), bounds)
+		out, deltas = gatedDeltaScanKernel(q, k, v, alpha, beta, deltaState, bounds)
+	case useCPUScan(q, k, v, alpha, beta, deltaState):
+		out, deltas = mlx.GatedDeltaScan(q, k, v, alpha, beta, deltaState, bounds)
 	}
 	if out == nil {
 		// Value head h reads key head h div (Hv/Hk).
-		out, deltas = gatedDeltaScan(repeatHeads(q, hv/hk), repeatHeads(k, hv/hk), v, alpha, beta, c.DeltaState(), bounds)
+		out, deltas = gatedDeltaScan(repeatHeads(q, hv/hk), repeatHeads(k, hv/hk), v, alpha, beta, deltaState, bounds)
 	}
-	convs := make([]*mlx.Array, len(bounds))
+	convs = make([]*mlx.Array, len(bounds))
 	for i, b := range bounds {
 		// The tail at boundary b: the Kc−1 pre-convolution rows ending at
 		// b, i.e. padded rows b … b+Kc−2.
 		convs[i] = mlx.SliceAxis(padded, 1, b, b+tail)
 	}
-	c.Put(convs, deltas)
 
 	o := nn.GatedRMSNorm(out, z, g.norm, cfg.RMSNormEps, m.dtype)
-	return g.out.Forward(mlx.Reshape(o, 1, L, value))
+	return g.out.Forward(mlx.Reshape(o, 1, L, value)), convs, deltas
 }
 
 // deltaGates maps the projections a and b [1, L, Hv] to the per-head decay

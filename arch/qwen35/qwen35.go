@@ -49,6 +49,10 @@ type Model struct {
 	w      *weights // nil until LoadWeights
 	layout *Layout  // how the loaded checkpoint stores the model; nil until LoadWeights
 	taps   []int    // ascending layer ids whose outputs Forward returns as aux
+	// segs are the compiled segments of layers (segments.go; worker-owned);
+	// segsStale says they were made for other taps and must be dropped.
+	segs      *segments
+	segsStale bool
 }
 
 var (
@@ -177,6 +181,7 @@ func (m *Model) SetLayerTaps(ids []int) error {
 		}
 	}
 	m.taps = slices.Clone(ids)
+	m.segsStale = true // may run off the worker: the next Forward frees them
 	return nil
 }
 
@@ -242,41 +247,18 @@ func (m *Model) Forward(b *model.Batch, caches []cache.Cache) (hidden, aux *mlx.
 		}
 	}
 
-	eps := m.cfg.RMSNormEps
-	h := w.embed.Lookup(ids)
-	var taps []*mlx.Array
-	next := 0 // index into m.taps
-	for i, ly := range w.layers {
-		x := nn.RMSNorm(h, ly.inputNorm, eps)
-		if ly.attn != nil {
-			x = m.attention(ly.attn, x, offset, caches[i].(*cache.KV))
-		} else {
-			x = m.deltaNet(ly.delta, x, caches[i].(*cache.Recurrent))
-		}
-		h = mlx.Add(h, m.reduce(x))
-		h = mlx.Add(h, m.reduce(ly.mlp.Forward(nn.RMSNorm(h, ly.postNorm, eps))))
-		if next < len(m.taps) && m.taps[next] == i {
-			taps = append(taps, h)
-			next++
-		}
-	}
-	hidden = nn.RMSNorm(h, w.norm, eps)
-	// A tap of the last layer is what transformers records as
-	// hidden_states[L]: the stream after the final norm (every other
-	// hidden_states[i+1] is taken before it). Drafts are trained on those
-	// records, so a draft that taps the last layer saw the normed value.
-	if n := len(taps); n > 0 && m.taps[n-1] == len(w.layers)-1 {
-		taps[n-1] = hidden
-	}
-	if len(taps) == 0 {
-		return hidden, hidden
-	}
-	return hidden, mlx.Concatenate(-1, taps...)
+	return m.forwardSegments(w.embed.Lookup(ids), offset, caches)
 }
 
-// attention is the gated full-attention mixer (spec/qwen35.md section 6) of
-// x [1, L, H] at slots offset … offset+L−1.
-func (m *Model) attention(a *attentionWeights, x *mlx.Array, offset int, c *cache.KV) *mlx.Array {
+// The gated full-attention mixer (spec/qwen35.md section 6) of x [1, L, H]
+// at slots offset … offset+L−1 runs in three parts, so that the parts
+// around the cache can join the compiled segments of segments.go:
+// attentionInputs (projections and norms), attentionCore (RoPE, the cache,
+// attention) and attentionOutput (the output gate and o_proj).
+
+// attentionInputs returns the normed queries q [1, L, Hq, D], keys k and
+// values v [1, L, Hkv, D] of x, and the output gate [1, L, Hq, D].
+func (m *Model) attentionInputs(a *attentionWeights, x *mlx.Array) (q, k, v, gate *mlx.Array) {
 	cfg := m.local
 	L, hq, hkv, d := x.Dim(1), cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	eps := cfg.RMSNormEps
@@ -286,16 +268,26 @@ func (m *Model) attention(a *attentionWeights, x *mlx.Array, offset int, c *cach
 	qkv := mlx.Split(a.qkv.Forward(x), -1, hq*2*d, hq*2*d+hkv*d)
 	qg := mlx.Reshape(qkv[0], 1, L, hq, 2*d)
 	parts := mlx.Split(qg, -1, d)
-	q := nn.RMSNorm(parts[0], a.qNorm, eps)
-	k := nn.RMSNorm(mlx.Reshape(qkv[1], 1, L, hkv, d), a.kNorm, eps)
-	v := mlx.Reshape(qkv[2], 1, L, hkv, d)
+	q = nn.RMSNorm(parts[0], a.qNorm, eps)
+	k = nn.RMSNorm(mlx.Reshape(qkv[1], 1, L, hkv, d), a.kNorm, eps)
+	v = mlx.Reshape(qkv[2], 1, L, hkv, d)
+	// The gate is the [1, L, Hq, D] view of q_proj itself.
+	return q, k, v, parts[1]
+}
 
+// attentionCore rotates q and k to slots offset …, writes k and v to c and
+// attends: it returns [1, L, Hq, D].
+func (m *Model) attentionCore(q, k, v *mlx.Array, offset int, c *cache.KV) *mlx.Array {
+	d := m.local.HeadDim
 	q = m.rope.Apply(mlx.Transpose(q, 0, 2, 1, 3), offset)
 	k = m.rope.Apply(mlx.Transpose(k, 0, 2, 1, 3), offset)
 	v = mlx.Transpose(v, 0, 2, 1, 3)
+	return mlx.Transpose(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d)))), 0, 2, 1, 3)
+}
 
-	// The gate reads the [1, L, Hq, D] view of q_proj directly.
-	o := mlx.Transpose(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d)))), 0, 2, 1, 3)
-	o = mlx.Reshape(nn.SigmoidGate(o, parts[1]), 1, L, hq*d)
-	return a.o.Forward(o)
+// attentionOutput gates the attention output o [1, L, Hq, D] and projects
+// it back to [1, L, H].
+func (m *Model) attentionOutput(a *attentionWeights, o, gate *mlx.Array) *mlx.Array {
+	cfg := m.local
+	return a.o.Forward(mlx.Reshape(nn.SigmoidGate(o, gate), 1, o.Dim(1), cfg.NumHeads*cfg.HeadDim))
 }

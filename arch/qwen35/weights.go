@@ -133,6 +133,7 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 		return err
 	}
 	m.layout = layout
+	m.resetSegments() // their traces hold the previous weights
 	mlx.Pin(w.all...)
 	if m.w != nil {
 		m.w.free()
@@ -143,6 +144,7 @@ func (m *Model) LoadWeights(tensors map[string]*mlx.Array) error {
 
 // Free releases the weights (unpinned; freed at the worker's next sweep).
 func (m *Model) Free() {
+	m.resetSegments()
 	if m.w != nil {
 		m.w.free()
 		m.w = nil

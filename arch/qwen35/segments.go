@@ -1,0 +1,260 @@
+package qwen35
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
+)
+
+// A forward runs as compiled segments of layers.
+//
+// On a GPU a decode step is bound by the host: building its graph one cgo
+// call per node took ~4 ms of a 10.6 ms step of the 4B shapes on the H200
+// (docs/PERFORMANCE.md, issue 19). Only the attention layers' KV caches
+// change shape from step to step; everything else (the delta-net layers,
+// the MLPs, the norms and projections around attention) is a fixed-shape
+// function of the residual stream and the recurrent states. So a forward is
+// cut at the attention cores (RoPE, the KV cache and attention itself, built
+// in Go every step as before), and each run of layers between two cores is
+// one mlx.Compiled function: traced once per row count and snapshot splits,
+// then rebuilt by MLX from its recorded tape in one call, with its
+// element-wise chains fused.
+//
+// The segments compute what the layer-by-layer forward did, op for op;
+// only MLX's fusion of element-wise chains differs, and MLX keeps each op's
+// dtype inside a fused kernel.
+
+// segment is one compiled run of layers.
+type segment struct {
+	// finish is the attention layer whose second half (output gate, o_proj,
+	// residual and MLP) opens the segment; -1 for the first segment.
+	finish int
+	// whole are the delta-net layers the segment runs entirely, ascending.
+	whole []int
+	// next is the attention layer whose first half (input norm, q/k/v
+	// projections and norms) closes the segment; -1 for the last segment,
+	// which closes with the final norm.
+	next int
+	// taps is how many of the model's layer taps the segment records (of
+	// the layers it finishes, in order).
+	taps int
+}
+
+// segments is a model's plan of segments and their compiled functions
+// (worker-owned once made).
+type segments struct {
+	plan  []segment
+	funcs map[string]*mlx.Compiled // by segment and snapshot splits
+}
+
+// maxCompiledRows bounds the rows a compiled segment takes: decode steps and
+// verification blocks. A prefill is bound by the device, not the host, and
+// each new prompt length would cost a trace, so longer forwards run the
+// segments' Go code directly.
+const maxCompiledRows = 32
+
+// maxSegmentFuncs bounds the compiled functions kept per model (one per
+// segment and split pattern); past it they are all dropped and retraced.
+const maxSegmentFuncs = 512
+
+// segmentsOff is read once: SPECULA_SEGMENTS=0 builds every forward op by
+// op (the same values; for measuring what the segments save).
+var segmentsOff = os.Getenv("SPECULA_SEGMENTS") == "0"
+
+// planSegments cuts the layers at each attention layer.
+func planSegments(cfg *Config, taps []int) []segment {
+	var plan []segment
+	cur := segment{finish: -1}
+	count := func(i int) {
+		if slices.Contains(taps, i) {
+			cur.taps++
+		}
+	}
+	for i := range cfg.NumLayers {
+		if !cfg.FullAttentionLayer(i) {
+			cur.whole = append(cur.whole, i)
+			count(i)
+			continue
+		}
+		cur.next = i
+		plan = append(plan, cur)
+		cur = segment{finish: i}
+		count(i)
+	}
+	cur.next = -1
+	return append(plan, cur)
+}
+
+// resetSegments drops the compiled segments: their traces hold the weights
+// and taps they were made with. It runs on the worker.
+func (m *Model) resetSegments() {
+	if m.segs == nil {
+		return
+	}
+	for _, f := range m.segs.funcs {
+		f.Free()
+	}
+	m.segs = nil
+}
+
+// forwardSegments runs the decoder layers over the embedded input h [1, L,
+// H] (the body of Forward).
+func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) (hidden, aux *mlx.Array) {
+	if m.segsStale {
+		m.resetSegments()
+		m.segsStale = false
+	}
+	if m.segs == nil {
+		m.segs = &segments{plan: planSegments(m.cfg, m.taps), funcs: map[string]*mlx.Compiled{}}
+	}
+	L := h.Dim(1)
+	var o, gate *mlx.Array // the attention output the next segment finishes
+	var taps []*mlx.Array
+	for s, seg := range m.segs.plan {
+		in := []*mlx.Array{h}
+		if seg.finish >= 0 {
+			in = append(in, o, gate)
+		}
+		splits := make([][]int, len(seg.whole))
+		for j, i := range seg.whole {
+			rc := caches[i].(*cache.Recurrent)
+			splits[j] = rc.SnapshotSplits(L)
+			in = append(in, rc.ConvState(), rc.DeltaState())
+		}
+		out := m.callSegment(s, splits, in)
+		h, out = out[0], out[1:]
+		var q, k, v *mlx.Array
+		if seg.next >= 0 {
+			q, k, v, gate, out = out[0], out[1], out[2], out[3], out[4:]
+		} else {
+			hidden, out = out[0], out[1:]
+		}
+		taps, out = append(taps, out[:seg.taps]...), out[seg.taps:]
+		for j, i := range seg.whole {
+			n := len(splits[j]) + 1
+			caches[i].(*cache.Recurrent).Put(out[:n], out[n:2*n])
+			out = out[2*n:]
+		}
+		if seg.next >= 0 {
+			o = m.attentionCore(q, k, v, offset, caches[seg.next].(*cache.KV))
+		}
+	}
+	// A tap of the last layer is what transformers records as
+	// hidden_states[L]: the stream after the final norm (every other
+	// hidden_states[i+1] is taken before it). Drafts are trained on those
+	// records, so a draft that taps the last layer saw the normed value.
+	if n := len(taps); n > 0 && m.taps[n-1] == m.cfg.NumLayers-1 {
+		taps[n-1] = hidden
+	}
+	if len(taps) == 0 {
+		return hidden, hidden
+	}
+	return hidden, mlx.Concatenate(-1, taps...)
+}
+
+// callSegment runs segment s on in (see runSegment), compiled when it can
+// be.
+func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array {
+	seg := m.segs.plan[s]
+	if segmentsOff || m.shard != nil || in[0].Dim(1) > maxCompiledRows {
+		// A sharded model's segments hold collectives, which stay outside
+		// compiled functions.
+		return m.runSegment(seg, splits, in)
+	}
+	key := m.segmentKey(s, splits)
+	f := m.segs.funcs[key]
+	if f == nil {
+		if len(m.segs.funcs) >= maxSegmentFuncs {
+			for k, g := range m.segs.funcs {
+				g.Free()
+				delete(m.segs.funcs, k)
+			}
+		}
+		nout := 2 + seg.taps
+		if seg.next >= 0 {
+			nout += 3
+		}
+		for _, sp := range splits {
+			nout += 2 * (len(sp) + 1)
+		}
+		f = mlx.Compile(fmt.Sprintf("qwen35 segment %d", s), nout, func(in []*mlx.Array) []*mlx.Array {
+			return m.runSegment(seg, splits, in)
+		})
+		m.segs.funcs[key] = f
+	}
+	return f.Call(in...)
+}
+
+// segmentKey names a segment, the snapshot splits of its delta-net layers
+// and the choices its Go code makes when traced (the device, which scan
+// runs: a kernel that failed to build is replaced by the graph scan, and
+// SPECULA_GDN_KERNEL=0 turns the kernels off): together with the input
+// shapes they fix the traced graph.
+func (m *Model) segmentKey(s int, splits [][]int) string {
+	b := strconv.AppendInt(nil, int64(s), 10)
+	b = append(b, mlx.CurrentDevice().String()...)
+	b = strconv.AppendBool(b, useScanKernel(m.local.LinearKeyDim))
+	b = strconv.AppendBool(b, os.Getenv("SPECULA_GDN_KERNEL") == "0")
+	for _, sp := range splits {
+		b = append(b, '|')
+		for _, x := range sp {
+			b = strconv.AppendInt(append(b, ','), int64(x), 10)
+		}
+	}
+	return string(b)
+}
+
+// runSegment is the body of a segment. in holds the residual stream h [1,
+// L, H]; when the segment finishes an attention layer, that layer's
+// attention output [1, L, Hq, D] and output gate; then the convolution tail
+// and delta state of each delta-net layer it runs. It returns the residual
+// stream; the next attention layer's q, k, v and gate (or, for the last
+// segment, the final-normed hidden states); the taps recorded; and, per
+// delta-net layer, the tails then the states for its splits and end (what
+// cache.Recurrent.Put takes).
+func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.Array {
+	w := m.mustWeights()
+	eps := m.cfg.RMSNormEps
+	h, in := in[0], in[1:]
+	var taps, states []*mlx.Array
+	record := func(i int) {
+		if slices.Contains(m.taps, i) {
+			taps = append(taps, h)
+		}
+	}
+	if seg.finish >= 0 {
+		ly := w.layers[seg.finish]
+		h = m.addMLP(ly, h, m.attentionOutput(ly.attn, in[0], in[1]))
+		in = in[2:]
+		record(seg.finish)
+	}
+	for j, i := range seg.whole {
+		ly := w.layers[i]
+		x, convs, deltas := m.deltaMix(ly.delta, nn.RMSNorm(h, ly.inputNorm, eps), in[0], in[1], splits[j])
+		in = in[2:]
+		h = m.addMLP(ly, h, x)
+		record(i)
+		states = append(append(states, convs...), deltas...)
+	}
+	out := []*mlx.Array{h}
+	if seg.next >= 0 {
+		ly := w.layers[seg.next]
+		q, k, v, gate := m.attentionInputs(ly.attn, nn.RMSNorm(h, ly.inputNorm, eps))
+		out = append(out, q, k, v, gate)
+	} else {
+		out = append(out, nn.RMSNorm(h, w.norm, eps))
+	}
+	return append(append(out, taps...), states...)
+}
+
+// addMLP adds a layer's mixer output x to the residual stream h, then its
+// MLP's output.
+func (m *Model) addMLP(ly layerWeights, h, x *mlx.Array) *mlx.Array {
+	h = mlx.Add(h, m.reduce(x))
+	return mlx.Add(h, m.reduce(ly.mlp.Forward(nn.RMSNorm(h, ly.postNorm, m.cfg.RMSNormEps))))
+}
