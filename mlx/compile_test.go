@@ -294,3 +294,33 @@ func TestCompiledKeepsABoundedSetOfTraces(t *testing.T) {
 		}
 	})
 }
+
+// A compiled function may return many outputs (a compiled run of layers
+// returns every layer's states): 40 outputs x + i, checked against the
+// values computed by hand, twice (the trace, then its replay).
+func TestCompiledReturnsManyOutputs(t *testing.T) {
+	const n = 40
+	f := mlx.Compile("many", n, func(in []*mlx.Array) []*mlx.Array {
+		out := make([]*mlx.Array, n)
+		for i := range out {
+			out[i] = mlx.AddScalar(in[0], float64(i))
+		}
+		return out
+	})
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		defer f.Free()
+		for call := range 2 {
+			x := mlx.FromFloat32s([]float32{1, 2}, 2)
+			outs := f.Call(x)
+			if len(outs) != n {
+				t.Fatalf("call %d: %d outputs, want %d", call, len(outs), n)
+			}
+			for i, o := range outs {
+				got := t.Float32s(o)
+				if got[0] != float32(1+i) || got[1] != float32(2+i) {
+					t.Fatalf("call %d: output %d = %v, want [%d %d]", call, i, got, 1+i, 2+i)
+				}
+			}
+		}
+	})
+}
