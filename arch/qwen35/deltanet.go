@@ -5,29 +5,19 @@ import (
 	"slices"
 
 	"github.com/specula-dev/specula/arch/nn"
-	"github.com/specula-dev/specula/cache"
 	"github.com/specula-dev/specula/mlx"
 )
 
 // l2Eps is the epsilon of the q/k L2 normalisation (Hugging Face's l2norm).
 const l2Eps = 1e-6
 
-// deltaNet is the gated delta-net mixer (spec/qwen35.md section 7) of
-// x [1, L, H]. It reads and replaces the state in c, producing the states
-// c.SnapshotSplits asks for inside this same forward.
-func (m *Model) deltaNet(g *deltaWeights, x *mlx.Array, c *cache.Recurrent) *mlx.Array {
-	splits := c.SnapshotSplits(x.Dim(1))
-	out, convs, deltas := m.deltaMix(g, x, c.ConvState(), c.DeltaState(), splits)
-	c.Put(convs, deltas)
-	return out
-}
-
-// deltaMix is deltaNet's computation as a pure function of its state: from
-// the convolution tail conv [1, Kc−1, convDim] and the delta state [1, Hv,
-// Dv, Dk] it returns the mixer's output and, for each boundary in splits
-// (interior token counts, ascending) and then for L, the tail and the state
-// there — what cache.Recurrent.Put takes. (A compiled segment of layers
-// runs it on traced states; see segments.go.)
+// deltaMix is the gated delta-net mixer (spec/qwen35.md section 7) of x
+// [1, L, H], as a pure function of the layer's state so that it can run
+// inside a compiled segment (segments.go): from the convolution tail conv
+// [1, Kc−1, convDim] and the delta state [1, Hv, Dv, Dk] it returns the
+// mixer's output and, for each boundary in splits (interior token counts,
+// ascending, from cache.Recurrent.SnapshotSplits) and then for L, the tail
+// and the state there — what cache.Recurrent.Put takes.
 func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, splits []int) (out *mlx.Array, convs, deltas []*mlx.Array) {
 	cfg := m.local
 	L := x.Dim(1)
