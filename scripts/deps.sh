@@ -25,6 +25,14 @@ MLX_VERSION="${MLX_VERSION:-0.32.4}"
 # reference BLAS the mlx-cpu wheel bundles.
 OPENBLAS_VERSION="${OPENBLAS_VERSION:-0.3.34.481.3}"
 
+# nvidia-cuda-crt brings cu13/include/crt/, which MLX does not require but
+# compiles some kernels with: the runtime wheel's mma.h includes crt/mma.h
+# (MLX's sm90 quantized matrix kernels failed to build without it on an
+# H200, 2026-12-04). It is fetched for both runtimes: with
+# CUDA_RUNTIME=system its headers complete the machine's (runtime-libs.sh
+# link), which lack it in PyTorch's environment too.
+CUDA_CRT_WHEEL="nvidia-cuda-crt==13.5.37 e898b7f73d3035fa89915a3f7bf3b54a73e90249746111aed295822c4729bb29"
+
 # The CUDA runtime of mlx-cuda-13 0.32.4: its Requires-Dist (nvidia-cublas 13.*,
 # nvidia-cuda-nvrtc 13.*, nvidia-cuda-runtime 13.*, nvidia-cudnn-cu13 9.*,
 # nvidia-cufft 12.*, nvidia-cusolver 12.*, nvidia-nccl-cu13) and what those
@@ -42,6 +50,7 @@ nvidia-cusolver==12.4.1.2 b3b8e02fd2f2df869369af075dc3a179d43f6f7b85e94632a7dce5
 nvidia-nccl-cu13==2.32.6 76e7aad00482092baf01e13e66f441d54c96b5cf1e3f143dee27db7f731d41ba
 nvidia-cusparse==12.9.4.2 072667e58c851a318738f5527a12eb225cbf058803f2ea451c722d8cf8edddec
 nvidia-nvjitlink==13.5.37 280d7cb9649704145f074b8dbde500de04ce02d0872e066e20a83c17bcaa93eb
+$CUDA_CRT_WHEEL
 "
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -257,27 +266,61 @@ PY
   echo "deps: CUDA runtime ready in .deps/nvidia ($(du -sh "$nv" | cut -f1))"
 }
 
+# fetch_cuda_crt unpacks the pinned nvidia-cuda-crt wheel's nvidia/ tree into
+# .deps/cuda-crt (for CUDA_RUNTIME=system: see CUDA_CRT_WHEEL).
+fetch_cuda_crt() {
+  local dir="$deps/cuda-crt" dl="$deps/wheels/crt"
+  if [ "$(cat "$dir/.specula-wheel" 2>/dev/null)" = "$CUDA_CRT_WHEEL" ]; then
+    return 0
+  fi
+  mkdir -p "$dl"
+  printf '%s\n' "$CUDA_CRT_WHEEL" | awk '{print $1 " --hash=sha256:" $2}' > "$dl/requirements.txt"
+  if ! pip_download "$dl" --require-hashes -r "$dl/requirements.txt"; then
+    echo "deps: could not download ${CUDA_CRT_WHEEL%% *}: MLX's sm90 quantized kernels will not build on this runtime" >&2
+    return 0
+  fi
+  rm -rf "$dir"
+  "$python" - "$dl" "$dir" <<'PY'
+import glob, os, sys, zipfile
+src, dest = sys.argv[1], sys.argv[2]
+for wheel in glob.glob(os.path.join(src, "nvidia_cuda_crt-*.whl")):
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            if info.filename.startswith("nvidia/") and not info.is_dir():
+                out = os.path.join(dest, info.filename[len("nvidia/"):])
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                with z.open(info) as f, open(out, "wb") as o:
+                    o.write(f.read())
+PY
+  echo "$CUDA_CRT_WHEEL" > "$dir/.specula-wheel"
+  rm -rf "$dl"
+}
+
 # link_system_cuda points .deps/nvidia at the CUDA 13 libraries this machine
 # already has. Finding none is not an error: a CUDA program can be built (and
 # bundled) on a machine without them; it runs where they are.
 link_system_cuda() {
   local nv="$deps/nvidia" found
-  if [ -d "$nv" ] && [ ! -L "$nv" ]; then
+  fetch_cuda_crt # also without a runtime here: a bundle made here carries it
+  if [ -f "$nv/.specula-wheels" ]; then
     echo "deps: CUDA_RUNTIME=system: removing the CUDA runtime wheels unpacked in .deps/nvidia"
     rm -rf "$nv"
   fi
   # The folder linked before stays unless SPECULA_CUDA_LIBS names another:
   # the search may not find what a user pointed at once.
-  if [ -z "${SPECULA_CUDA_LIBS:-}" ] && [ -L "$nv" ] && [ -d "$nv/" ] &&
-    SPECULA_CUDA_LIBS="$(readlink "$nv")" "$root/scripts/runtime-libs.sh" find >/dev/null 2>&1; then
-    echo "deps: CUDA runtime from this machine: .deps/nvidia -> $(readlink "$nv")"
+  local source
+  source="$(cat "$nv/.specula-source" 2>/dev/null || true)"
+  if [ -z "${SPECULA_CUDA_LIBS:-}" ] && [ -n "$source" ] && [ -f "$nv/cu13/include/crt/mma.h" ] &&
+    SPECULA_CUDA_LIBS="$source" "$root/scripts/runtime-libs.sh" find >/dev/null 2>&1; then
+    echo "deps: CUDA runtime from this machine: .deps/nvidia -> $source"
   elif found="$("$root/scripts/runtime-libs.sh" find 2>/dev/null)"; then
-    if [ "$(readlink "$nv" 2>/dev/null)" != "$found" ]; then
-      ln -sfn "$found" "$nv"
+    if [ "$(cat "$nv/.specula-source" 2>/dev/null)" != "$found" ] || [ ! -f "$nv/cu13/include/crt/mma.h" ]; then
+      rm -f "$nv" 2>/dev/null || true
+      "$root/scripts/runtime-libs.sh" link "$found" "$deps/cuda-crt" "$nv"
     fi
-    echo "deps: CUDA runtime from this machine: .deps/nvidia -> $found"
+    echo "deps: CUDA runtime from this machine: .deps/nvidia -> $found (with the nvidia-cuda-crt headers)"
   else
-    rm -f "$nv"
+    rm -rf "$nv"
     echo "deps: CUDA_RUNTIME=system: no CUDA 13 runtime found on this machine (set SPECULA_CUDA_LIBS to a"
     echo "  folder like <site-packages>/nvidia); programs built here run where the runtime is"
   fi

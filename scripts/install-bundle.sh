@@ -11,7 +11,8 @@
 # PREFIX/lib/specula/nvidia to this machine's CUDA 13 runtime: the folder
 # SPECULA_CUDA_LIBS names, else the first site-packages/nvidia holding it (the
 # Python of $PYTHON, python3, /usr/bin/python3, then the usual folders;
-# PyTorch's CUDA 13 wheels bring it). Then it checks that every library
+# PyTorch's CUDA 13 wheels bring it), completed by the bundle's nvidia-cuda-crt
+# headers (runtime-libs.sh link). Then it checks that every library
 # resolves and runs `specula archs` and a short `specula demo` (of the go-tiny
 # family when the bundle has it, else --random; SELF_CHECK=0 skips it).
 #
@@ -88,7 +89,9 @@ if [ "$backend" = cuda ] && [ ! -e "$lib/nvidia" ]; then
   fi
   echo "install-bundle: CUDA runtime found: $found"
   ls -d "$found"/*/lib 2>/dev/null | sed 's/^/  /'
-  ln -sfn "$found" "$lib/nvidia"
+  # The machine's runtime, completed by the nvidia-cuda-crt headers the
+  # bundle carries (runtime-libs.sh says why).
+  "$lib/runtime-libs.sh" link "$found" "$lib/cuda-crt" "$lib/nvidia"
 fi
 
 mapfile -t plugins < <(find "$lib/plugins" -type f ! -name '*_SHA256SUM' | sort)

@@ -11,8 +11,11 @@
 #   PREFIX/lib/specula/mlx/include/       CUDA only: headers MLX compiles kernels with
 #                                         (cccl/, cute/, cutlass/)
 #   PREFIX/lib/specula/nvidia/            CUDA only: the runtime (a copy of the
-#                                         wheels in .deps/nvidia, or a link to this
-#                                         machine's with CUDA_RUNTIME=system)
+#                                         wheels in .deps/nvidia, or with
+#                                         CUDA_RUNTIME=system links to this machine's,
+#                                         completed by cuda-crt/: runtime-libs.sh link)
+#   PREFIX/lib/specula/cuda-crt/          CUDA_RUNTIME=system: the nvidia-cuda-crt
+#                                         wheel's headers
 #   PREFIX/lib/specula/plugins/           the example plugins (as make plugins names
 #                                         them), rpath $ORIGIN/../mlx/lib
 #   PREFIX/lib/specula/runtime-libs.sh    checks or relinks the libraries later
@@ -108,8 +111,16 @@ if [ "$backend" = cuda ]; then
   if [ "$runtime" = wheels ]; then
     echo "install: copying the CUDA runtime wheels ($(du -sh "$deps/nvidia" | cut -f1))"
     cp -R "$deps/nvidia" "$lib/nvidia"
-  elif [ -z "${BUNDLE:-}" ] && [ -L "$deps/nvidia" ]; then
-    ln -s "$(readlink "$deps/nvidia")" "$lib/nvidia"
+  else
+    # CUDA_RUNTIME=system: the nvidia-cuda-crt headers travel with the
+    # install, which links the machine's runtime completed by them (here
+    # the one deps.sh found; for a bundle, install-bundle.sh where it runs).
+    if [ -d "$deps/cuda-crt" ]; then
+      cp -R "$deps/cuda-crt" "$lib/cuda-crt"
+    fi
+    if [ -z "${BUNDLE:-}" ] && [ -f "$deps/nvidia/.specula-source" ]; then
+      "$root/scripts/runtime-libs.sh" link "$(cat "$deps/nvidia/.specula-source")" "$lib/cuda-crt" "$lib/nvidia"
+    fi
   fi
 fi
 cp "$root/scripts/runtime-libs.sh" "$lib/"
@@ -142,7 +153,7 @@ if [ "$backend" = cuda ] && [ ! -e "$lib/nvidia" ] && [ -n "${BUNDLE:-}" ]; then
   echo "install: CUDA runtime left out (CUDA_RUNTIME=system): install-bundle.sh links the one where the bundle runs"
 elif [ "$backend" = cuda ] && [ ! -e "$lib/nvidia" ]; then
   echo "install: CUDA runtime not included (CUDA_RUNTIME=system): link it where specula runs with"
-  echo "  ln -s \"\$(SPECULA_CUDA_LIBS=... $lib/runtime-libs.sh find)\" $lib/nvidia"
+  echo "  $lib/runtime-libs.sh link \"\$(SPECULA_CUDA_LIBS=... $lib/runtime-libs.sh find)\" $lib/cuda-crt $lib/nvidia"
 else
   mapfile -t plugins < <(find "$lib/plugins" -type f ! -name '*_SHA256SUM' | sort)
   "$lib/runtime-libs.sh" check "$lib" "$prefix/bin/specula" "${plugins[@]}"

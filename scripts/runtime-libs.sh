@@ -19,6 +19,15 @@
 #       Python installs found ($PYTHON, python3, /usr/bin/python3, then the
 #       usual site-packages folders) that holds them all. PyTorch's CUDA 13
 #       wheels bring exactly these.
+#   runtime-libs.sh link RUNTIME CRT DEST
+#       makes DEST (a tree's nvidia/ folder) this machine's CUDA runtime
+#       RUNTIME (as find prints it) plus the headers of the nvidia-cuda-crt
+#       wheel unpacked in CRT (cu13/include/crt/): MLX compiles kernels with
+#       RUNTIME's cu13/include, whose mma.h includes crt/mma.h, and neither
+#       the nvidia-cuda-runtime wheel nor PyTorch's environment has it (MLX's
+#       sm90 quantized matrix kernels then fail to build). DEST is a folder of
+#       links into RUNTIME with crt/ completed from CRT; its .specula-source
+#       names RUNTIME.
 set -euo pipefail
 
 # The libraries libmlx.so (mlx-cuda-13) needs from the runtime, relative to
@@ -77,6 +86,37 @@ for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
   return 1
 }
 
+# link_runtime RUNTIME CRT DEST: see the header.
+link_runtime() {
+  local runtime="$1" crt="$2" dest="$3" e f
+  runtime="$(cd "$runtime" && pwd -P)"
+  rm -rf "$dest.partial"
+  mkdir -p "$dest.partial"
+  # Every entry is a link into RUNTIME, except the folders on the way to
+  # cu13/include/crt, which are made here and filled the same way.
+  mirror() { # from to skip
+    local from="$1" to="$2" skip="$3"
+    mkdir -p "$to"
+    for e in "$from"/* "$from"/.[!.]*; do
+      [ -e "$e" ] || continue
+      [ "$(basename "$e")" = "$skip" ] && continue
+      ln -s "$e" "$to/$(basename "$e")"
+    done
+  }
+  mirror "$runtime" "$dest.partial" cu13
+  mirror "$runtime/cu13" "$dest.partial/cu13" include
+  mirror "$runtime/cu13/include" "$dest.partial/cu13/include" crt
+  mirror "$runtime/cu13/include/crt" "$dest.partial/cu13/include/crt" ""
+  if [ -d "$crt/cu13/include/crt" ]; then
+    for f in "$crt"/cu13/include/crt/*; do
+      [ -e "$dest.partial/cu13/include/crt/$(basename "$f")" ] || cp "$f" "$dest.partial/cu13/include/crt/"
+    done
+  fi
+  echo "$runtime" > "$dest.partial/.specula-source"
+  rm -rf "$dest"
+  mv "$dest.partial" "$dest"
+}
+
 check_tree() {
   local tree="$1"
   shift
@@ -109,6 +149,11 @@ check_tree() {
     for h in cccl cute cutlass; do
       [ -d "$tree/mlx/include/$h" ] || bad="$bad  $tree/mlx/include/$h (headers MLX compiles its kernels with at run time)"$'\n'
     done
+    if [ -f "$tree/nvidia/cu13/include/mma.h" ] && [ ! -f "$tree/nvidia/cu13/include/crt/mma.h" ]; then
+      # Only some kernels include it: a warning, not a failure.
+      echo "runtime-libs: warning: $tree/nvidia/cu13/include/crt/mma.h is missing: MLX's sm90 quantized matrix" >&2
+      echo "  kernels will not build; relink with runtime-libs.sh link RUNTIME CRT $tree/nvidia (CRT: the nvidia-cuda-crt wheel's nvidia/)" >&2
+    fi
     if [ ! -f "$tree/nvidia/cu13/include/cuda_runtime.h" ]; then
       local home="${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}"
       [ -f "$home/include/cuda_runtime.h" ] ||
@@ -141,8 +186,12 @@ case "${1:-}" in
     shift
     check_tree "$@"
     ;;
+  link)
+    [ $# -eq 4 ] || { echo "usage: runtime-libs.sh link RUNTIME CRT DEST" >&2; exit 2; }
+    link_runtime "$2" "$3" "$4"
+    ;;
   *)
-    echo "usage: runtime-libs.sh check TREE [FILE...] | runtime-libs.sh find" >&2
+    echo "usage: runtime-libs.sh check TREE [FILE...] | runtime-libs.sh find | runtime-libs.sh link RUNTIME CRT DEST" >&2
     exit 2
     ;;
 esac
