@@ -1,6 +1,7 @@
 package qwen35_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/specula-dev/specula/arch/qwen35"
@@ -91,4 +92,55 @@ func cacheStates(caches []cache.Cache) []*mlx.Array {
 		out = append(out, c.State()...)
 	}
 	return out
+}
+
+// The compiled segments hold the weights and taps they were traced with, so
+// loading other weights or choosing other taps must retrace them: after a
+// step has compiled them, the same model given scaled weights, then other
+// taps, computes what a fresh model given those does.
+func TestSegmentsFollowNewWeightsAndTaps(t *testing.T) {
+	f := loadTiny(t)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		p := f.Ref.PromptIDs[:5]
+		run := func(m *qwen35.Model) (logits, aux *mlx.Array) {
+			caches := m.NewCaches()
+			defer freeCaches(caches)
+			step(m, caches, p[:4])
+			logits, aux = step(m, caches, p[4:5])
+			t.Eval(logits, aux)
+			mlx.Pin(logits, aux)
+			return logits, aux
+		}
+		scaled := func() map[string]*mlx.Array {
+			ts := f.Tensors(t)
+			for name, a := range ts {
+				if a.NDim() == 2 && a.DType() == mlx.Float32 {
+					ts[name] = mlx.MultiplyScalar(a, 0.5)
+				}
+			}
+			return ts
+		}
+		m := tiny(t, f, nil)
+		before, _ := run(m)
+		t.NoErr(m.LoadWeights(scaled()))
+		got, _ := run(m)
+		want, _ := run(tiny(t, f, scaled()))
+		if d := maxAbs(t, got, before); d == 0 {
+			t.Fatalf("new weights left the logits as they were")
+		}
+		if d := maxAbs(t, got, want); d != 0 {
+			t.Fatalf("after LoadWeights the logits differ from a fresh model's by %g", d)
+		}
+		t.NoErr(m.SetLayerTaps([]int{0, 2}))
+		_, gotAux := run(m)
+		fresh := tiny(t, f, scaled())
+		t.NoErr(fresh.SetLayerTaps([]int{0, 2}))
+		_, wantAux := run(fresh)
+		if !slices.Equal(gotAux.Shape(), wantAux.Shape()) {
+			t.Fatalf("taps [0 2]: aux %v, a fresh model's %v", gotAux.Shape(), wantAux.Shape())
+		}
+		if d := maxAbs(t, gotAux, wantAux); d != 0 {
+			t.Fatalf("after SetLayerTaps the taps differ from a fresh model's by %g", d)
+		}
+	})
 }
