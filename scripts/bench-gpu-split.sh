@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-gpu-split.sh: issue 19's measurements in one run — plain decode and a
-# depth-7 oracle round on random Qwen3.5 shapes, each with and without the
-# host/device pipelining (SPECULA_PIPELINE=0), the modes alternating, every
+# depth-7 oracle round on random Qwen3.5 shapes, each with a switch on and off
+# (VARY: the host/device pipelining, SPECULA_PIPELINE, by default; or the
+# compiled segments of layers, VARY=SPECULA_SEGMENTS), the modes alternating, every
 # bench with --split so each step and round is divided into host graph
 # building, MLX submission and waiting on the device. Prints one compact
 # table; the JSON reports stay in OUT.
@@ -19,7 +20,10 @@
 #   VOCAB      vocabulary (default 0: the release's 248320)
 #   TOKENS     new tokens per prompt (default 64); REPEATS runs per prompt
 #              and mode inside one bench (default 2); ALTERNATE how many times
-#              the pipelined/unpipelined pair is repeated (default 2)
+#              the on/off pair is repeated (default 2)
+#   VARY       the environment switch compared, set to 1 and 0 (default
+#              SPECULA_PIPELINE; SPECULA_SEGMENTS compares the compiled
+#              segments with the layer-by-layer graph)
 #   DEPTH      the oracle's depth (default 7)
 #   BANDWIDTH  bytes/s of the memory (default 4.8e12, an H200's HBM): the
 #              table's "bw %" is tok/s × weight bytes / BANDWIDTH
@@ -40,6 +44,7 @@ tokens="${TOKENS:-64}"
 repeats="${REPEATS:-2}"
 alternate="${ALTERNATE:-2}"
 depth="${DEPTH:-7}"
+vary="${VARY:-SPECULA_PIPELINE}"
 out="${OUT:-/tmp/specula-split}"
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(0.8B 4B)
@@ -69,10 +74,10 @@ PY
     modes=(1 0)
     [ $((k % 2)) -eq 0 ] && modes=(0 1)
     for p in "${modes[@]}"; do
-      echo "bench-gpu-split: $shape, pipeline $p, run $k/$alternate" >&2
-      SPECULA_PIPELINE=$p "$specula" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
+      echo "bench-gpu-split: $shape, $vary=$p, run $k/$alternate" >&2
+      env "$vary=$p" "$specula" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
         --max-tokens "$tokens" --repeats "$repeats" --oracle --depths "$depth" \
-        --split --json --quiet > "$dir/bench-pipeline$p-run$k.json"
+        --split --json --quiet > "$dir/bench-$vary$p-run$k.json"
     done
   done
   # The table's "bw %" needs the weights' size after KEEP=0 removed them.
@@ -80,21 +85,21 @@ PY
   if [ "${KEEP:-1}" = 0 ]; then rm -rf "$dir/target"; fi
 done
 
-"$python" - "$out" "$dtype" "$layers" "${BANDWIDTH:-4.8e12}" "${shapes[@]}" <<'PY'
+"$python" - "$out" "$dtype" "$layers" "${BANDWIDTH:-4.8e12}" "$vary" "${shapes[@]}" <<'PY'
 import json, sys, pathlib, statistics
-out, dtype, layers, bw = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
-shapes = sys.argv[5:]
+out, dtype, layers, bw, vary = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+shapes = sys.argv[6:]
 med = statistics.median
 print(f"random Qwen3.5 shapes, {dtype}, layers {'as released' if layers == '0' else layers}; ms are means per step/round after the first token,")
 print("medians over the alternated runs; build = host graph building and token handling, sub = MLX submitting (encoding) kernels, wait = blocked on the device")
-head = ("shape", "pipe", "plain tok/s", "bw %", "step ms", "build/sub/wait", "oracle round ms", "build/sub/wait", "round/step", "accept len", "oracle tok/s")
+head = ("shape", vary, "plain tok/s", "bw %", "step ms", "build/sub/wait", "oracle round ms", "build/sub/wait", "round/step", "accept len", "oracle tok/s")
 rows = [head]
 for shape in shapes:
     d = out / f"{shape}-{dtype}-{layers}"
     sizes = d / "weight-bytes"
     wbytes = int(sizes.read_text().split()[0]) if sizes.exists() else 0
     for p in ("1", "0"):
-        runs = [json.loads(f.read_text()) for f in sorted(d.glob(f"bench-pipeline{p}-run*.json"))]
+        runs = [json.loads(f.read_text()) for f in sorted(d.glob(f"bench-{vary}{p}-run*.json"))]
         if not runs:
             continue
         def hd(m, key):
