@@ -214,6 +214,29 @@ if bad:
 PY
 }
 
+# unpack_nvidia_wheels SRC DEST unpacks the nvidia/ tree of every
+# nvidia_*.whl in SRC into DEST, keeping the files' modes.
+unpack_nvidia_wheels() {
+  "$python" - "$1" "$2" <<'PY'
+import glob, os, sys, zipfile
+src, dest = sys.argv[1], sys.argv[2]
+for wheel in sorted(glob.glob(os.path.join(src, "nvidia_*.whl"))):
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            if not info.filename.startswith("nvidia/") or info.is_dir():
+                continue
+            rel = info.filename[len("nvidia/"):]
+            out = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(info) as f, open(out, "wb") as o:
+                while chunk := f.read(1 << 20):
+                    o.write(chunk)
+            # Zip entries keep the Unix mode in the high 16 bits.
+            mode = (info.external_attr >> 16) & 0o777
+            os.chmod(out, mode or 0o644)
+PY
+}
+
 # fetch_cuda_wheels downloads the pinned nvidia-* wheels (pip checks their
 # sha256) and unpacks their nvidia/ trees into .deps/nvidia. The wheels are
 # deleted once unpacked: they are 2 GB, and the stamp in .deps/nvidia says
@@ -242,24 +265,7 @@ fetch_cuda_wheels() {
   fi
   echo "deps: unpacking the CUDA runtime into .deps/nvidia"
   rm -rf "$nv" "$nv.partial"
-  "$python" - "$dl" "$deps/nvidia.partial" <<'PY'
-import glob, os, sys, zipfile
-src, dest = sys.argv[1], sys.argv[2]
-for wheel in sorted(glob.glob(os.path.join(src, "nvidia_*.whl"))):
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            if not info.filename.startswith("nvidia/") or info.is_dir():
-                continue
-            rel = info.filename[len("nvidia/"):]
-            out = os.path.join(dest, rel)
-            os.makedirs(os.path.dirname(out), exist_ok=True)
-            with z.open(info) as f, open(out, "wb") as o:
-                while chunk := f.read(1 << 20):
-                    o.write(chunk)
-            # Zip entries keep the Unix mode in the high 16 bits.
-            mode = (info.external_attr >> 16) & 0o777
-            os.chmod(out, mode or 0o644)
-PY
+  unpack_nvidia_wheels "$dl" "$deps/nvidia.partial"
   printf '%s\n' "$wanted" > "$deps/nvidia.partial/.specula-wheels"
   mv "$deps/nvidia.partial" "$nv"
   rm -rf "$dl" "$req"
@@ -280,18 +286,7 @@ fetch_cuda_crt() {
     return 0
   fi
   rm -rf "$dir"
-  "$python" - "$dl" "$dir" <<'PY'
-import glob, os, sys, zipfile
-src, dest = sys.argv[1], sys.argv[2]
-for wheel in glob.glob(os.path.join(src, "nvidia_cuda_crt-*.whl")):
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            if info.filename.startswith("nvidia/") and not info.is_dir():
-                out = os.path.join(dest, info.filename[len("nvidia/"):])
-                os.makedirs(os.path.dirname(out), exist_ok=True)
-                with z.open(info) as f, open(out, "wb") as o:
-                    o.write(f.read())
-PY
+  unpack_nvidia_wheels "$dl" "$dir"
   echo "$CUDA_CRT_WHEEL" > "$dir/.specula-wheel"
   rm -rf "$dl"
 }
@@ -314,7 +309,7 @@ link_system_cuda() {
     SPECULA_CUDA_LIBS="$source" "$root/scripts/runtime-libs.sh" find >/dev/null 2>&1; then
     echo "deps: CUDA runtime from this machine: .deps/nvidia -> $source"
   elif found="$("$root/scripts/runtime-libs.sh" find 2>/dev/null)"; then
-    if [ "$(cat "$nv/.specula-source" 2>/dev/null)" != "$found" ] || [ ! -f "$nv/cu13/include/crt/mma.h" ]; then
+    if [ "$source" != "$found" ] || [ ! -f "$nv/cu13/include/crt/mma.h" ]; then
       rm -f "$nv" 2>/dev/null || true
       "$root/scripts/runtime-libs.sh" link "$found" "$deps/cuda-crt" "$nv"
     fi
