@@ -96,10 +96,16 @@ func (m *Model) resetSegments() {
 	if m.segs == nil {
 		return
 	}
-	for _, f := range m.segs.funcs {
+	m.segs.freeFuncs()
+	m.segs = nil
+}
+
+// freeFuncs frees every compiled function (the plan stays).
+func (s *segments) freeFuncs() {
+	for _, f := range s.funcs {
 		f.Free()
 	}
-	m.segs = nil
+	clear(s.funcs)
 }
 
 // forwardSegments runs the decoder layers over the embedded input h [1, L,
@@ -170,10 +176,7 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 	f := m.segs.funcs[key]
 	if f == nil {
 		if len(m.segs.funcs) >= maxSegmentFuncs {
-			for k, g := range m.segs.funcs {
-				g.Free()
-				delete(m.segs.funcs, k)
-			}
+			m.segs.freeFuncs()
 		}
 		nout := 2 + seg.taps
 		if seg.next >= 0 {
