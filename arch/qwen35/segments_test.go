@@ -38,7 +38,7 @@ func TestSegmentsEqualLayerByLayer(t *testing.T) {
 			forward := func(ids []int32) *mlx.Array {
 				l, a := step(m, caches, ids)
 				ls, as = append(ls, l), append(as, a)
-				t.Eval(append([]*mlx.Array{l, a}, cacheStates(caches)...)...)
+				t.Eval(append([]*mlx.Array{l, a}, qwen35test.CacheState(caches)...)...)
 				return l
 			}
 			forward(p[:prefix])
@@ -83,15 +83,6 @@ func TestSegmentsEqualLayerByLayer(t *testing.T) {
 		}
 		qwen35test.CompareStates(t, "segments vs layer by layer", gotCaches, wantCaches)
 	})
-}
-
-// cacheStates lists every cache's arrays.
-func cacheStates(caches []cache.Cache) []*mlx.Array {
-	var out []*mlx.Array
-	for _, c := range caches {
-		out = append(out, c.State()...)
-	}
-	return out
 }
 
 // The compiled segments hold the weights and taps they were traced with, so

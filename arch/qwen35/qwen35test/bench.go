@@ -47,7 +47,7 @@ func BenchPrefill(b *testing.B, m model.Model, n int) {
 			start := time.Now()
 			h, _ := m.Forward(Batch(ids, 0), caches)
 			logits := m.Unembed(mlx.SliceAxis(h, 1, n-1, n))
-			if err := mlx.Eval(append(cacheState(caches), logits)...); err != nil {
+			if err := mlx.Eval(append(CacheState(caches), logits)...); err != nil {
 				return err
 			}
 			elapsed += time.Since(start)
@@ -74,7 +74,7 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 		defer FreeCaches(caches)
 		h, _ := m.Forward(Batch(ids, 0), caches)
 		tok := mlx.Argmax(m.Unembed(mlx.SliceAxis(h, 1, prompt-1, prompt)), -1, false)
-		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+		if err := mlx.Eval(append(CacheState(caches), tok)...); err != nil {
 			return err
 		}
 		next, err := tok.Int32s()
@@ -84,7 +84,7 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 		mlx.Sweep()
 		// What one step asks MLX to run: pending graph nodes by primitive.
 		h, _ = m.Forward(Batch(next, caches[0].Offset()), caches)
-		ops, err := mlx.GraphOps(append(cacheState(caches), mlx.Argmax(m.Unembed(h), -1, false))...)
+		ops, err := mlx.GraphOps(append(CacheState(caches), mlx.Argmax(m.Unembed(h), -1, false))...)
 		if err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 		b.ReportMetric(float64(total), "nodes/token")
 		// Level the caches again: the probe step is not timed.
 		tok = mlx.Argmax(m.Unembed(h), -1, false)
-		if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+		if err := mlx.Eval(append(CacheState(caches), tok)...); err != nil {
 			return err
 		}
 		if next, err = tok.Int32s(); err != nil {
@@ -108,7 +108,7 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 		for range b.N {
 			h, _ := m.Forward(Batch(next, caches[0].Offset()), caches)
 			tok := mlx.Argmax(m.Unembed(h), -1, false)
-			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+			if err := mlx.Eval(append(CacheState(caches), tok)...); err != nil {
 				return err
 			}
 			if next, err = tok.Int32s(); err != nil {
@@ -126,7 +126,8 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/token")
 }
 
-func cacheState(caches []cache.Cache) []*mlx.Array {
+// CacheState lists the arrays of every cache, in layer order.
+func CacheState(caches []cache.Cache) []*mlx.Array {
 	var out []*mlx.Array
 	for _, c := range caches {
 		out = append(out, c.State()...)
@@ -149,7 +150,7 @@ func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
 		caches := m.NewCaches()
 		defer FreeCaches(caches)
 		h, _ := m.Forward(Batch(ids[:prompt], 0), caches)
-		if err := mlx.Eval(append(cacheState(caches), h)...); err != nil {
+		if err := mlx.Eval(append(CacheState(caches), h)...); err != nil {
 			return err
 		}
 		mlx.Sweep()
@@ -159,7 +160,7 @@ func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
 			h, _ := m.Forward(Batch(ids[prompt+i*n:prompt+(i+1)*n], at), caches)
 			tok := mlx.Argmax(m.Unembed(h), -1, false)
 			if probe {
-				ops, err := mlx.GraphOps(append(cacheState(caches), tok)...)
+				ops, err := mlx.GraphOps(append(CacheState(caches), tok)...)
 				if err != nil {
 					return err
 				}
@@ -170,7 +171,7 @@ func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
 				b.Logf("graph nodes of one %d-token verification: %d %v", n, total, ops)
 				b.ReportMetric(float64(total), "nodes/round")
 			}
-			if err := mlx.Eval(append(cacheState(caches), tok)...); err != nil {
+			if err := mlx.Eval(append(CacheState(caches), tok)...); err != nil {
 				return err
 			}
 			if _, err := tok.Int32s(); err != nil {
