@@ -27,7 +27,9 @@ import (
 //
 // The segments compute what the layer-by-layer forward did, op for op;
 // only MLX's fusion of element-wise chains differs, and MLX keeps each op's
-// dtype inside a fused kernel.
+// dtype inside a fused kernel. On the GPU each residual add also runs with
+// the norm of its sum as one kernel (nn.AddRMSNorm), built to the same
+// values.
 
 // segment is one compiled run of layers.
 type segment struct {
@@ -196,13 +198,15 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 // segmentKey names a segment, the snapshot splits of its delta-net layers
 // and the choices its Go code makes when traced (the device, which scan
 // runs: a kernel that failed to build is replaced by the graph scan, and
-// SPECULA_GDN_KERNEL=0 turns the kernels off): together with the input
-// shapes they fix the traced graph.
+// SPECULA_GDN_KERNEL=0 turns the kernels off; likewise whether the adds
+// and norms run fused, nn.AddRMSNormFused): together with the input shapes
+// they fix the traced graph.
 func (m *Model) segmentKey(s int, splits [][]int) string {
 	b := strconv.AppendInt(nil, int64(s), 10)
 	b = append(b, mlx.CurrentDevice().String()...)
 	b = strconv.AppendBool(b, useScanKernel(m.local.LinearKeyDim))
 	b = strconv.AppendBool(b, os.Getenv("SPECULA_GDN_KERNEL") == "0")
+	b = strconv.AppendBool(b, nn.AddRMSNormFused())
 	for _, sp := range splits {
 		b = append(b, '|')
 		for _, x := range sp {
@@ -222,7 +226,6 @@ func (m *Model) segmentKey(s int, splits [][]int) string {
 // cache.Recurrent.Put takes).
 func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.Array {
 	w := m.mustWeights()
-	eps := m.cfg.RMSNormEps
 	h, in := in[0], in[1:]
 	var taps, states []*mlx.Array
 	record := func(i int) {
@@ -230,34 +233,57 @@ func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.
 			taps = append(taps, h)
 		}
 	}
+	// normed is h under the norm the next layer opens with (past the last
+	// layer, the final norm): each layer's last add makes it, as one kernel
+	// on the GPU (nn.AddRMSNorm). Only the first segment norms a stream it
+	// did not add to: the embeddings, before its first layer.
+	var normed *mlx.Array
 	if seg.finish >= 0 {
 		ly := w.layers[seg.finish]
-		h = m.addMLP(ly, h, m.attentionOutput(ly.attn, in[0], in[1]))
+		h, normed = m.addMLP(ly, h, m.attentionOutput(ly.attn, in[0], in[1]), w.normAfter(seg.finish))
 		in = in[2:]
 		record(seg.finish)
+	} else {
+		first := seg.next
+		if len(seg.whole) > 0 {
+			first = seg.whole[0]
+		}
+		normed = nn.RMSNorm(h, w.normAfter(first-1), m.cfg.RMSNormEps)
 	}
 	for j, i := range seg.whole {
 		ly := w.layers[i]
-		x, convs, deltas := m.deltaMix(ly.delta, nn.RMSNorm(h, ly.inputNorm, eps), in[0], in[1], splits[j])
+		x, convs, deltas := m.deltaMix(ly.delta, normed, in[0], in[1], splits[j])
 		in = in[2:]
-		h = m.addMLP(ly, h, x)
+		h, normed = m.addMLP(ly, h, x, w.normAfter(i))
 		record(i)
 		states = append(append(states, convs...), deltas...)
 	}
 	out := []*mlx.Array{h}
 	if seg.next >= 0 {
-		ly := w.layers[seg.next]
-		q, k, v, gate := m.attentionInputs(ly.attn, nn.RMSNorm(h, ly.inputNorm, eps))
+		q, k, v, gate := m.attentionInputs(w.layers[seg.next].attn, normed)
 		out = append(out, q, k, v, gate)
 	} else {
-		out = append(out, nn.RMSNorm(h, w.norm, eps))
+		out = append(out, normed)
 	}
 	return append(append(out, taps...), states...)
 }
 
 // addMLP adds a layer's mixer output x to the residual stream h, then its
-// MLP's output.
-func (m *Model) addMLP(ly layerWeights, h, x *mlx.Array) *mlx.Array {
-	h = mlx.Add(h, m.reduce(x))
-	return mlx.Add(h, m.reduce(ly.mlp.Forward(nn.RMSNorm(h, ly.postNorm, m.cfg.RMSNormEps))))
+// MLP's output, and returns the stream and the stream under next, the norm
+// that reads it next. Each add goes with the norm of its sum
+// (nn.AddRMSNorm): the post-mixer norm, then next.
+func (m *Model) addMLP(ly layerWeights, h, x, next *mlx.Array) (sum, normed *mlx.Array) {
+	eps := m.cfg.RMSNormEps
+	h, normed = nn.AddRMSNorm(h, m.reduce(x), ly.postNorm, eps)
+	return nn.AddRMSNorm(h, m.reduce(ly.mlp.Forward(normed)), next, eps)
+}
+
+// normAfter is the weight of the norm the residual stream meets after layer
+// i (-1: before the first layer): the next layer's input norm, or after the
+// last layer the final norm.
+func (w *weights) normAfter(i int) *mlx.Array {
+	if i+1 < len(w.layers) {
+		return w.layers[i+1].inputNorm
+	}
+	return w.norm
 }
