@@ -51,7 +51,12 @@ func (l *Linear) Forward(x *mlx.Array) *mlx.Array {
 	}
 	var y *mlx.Array
 	if l.Quant.IsZero() {
-		y = mlx.Linear(x, l.Weight)
+		if rowsGEMVOn {
+			y = rowsGEMV(x, l.Weight)
+		}
+		if y == nil {
+			y = mlx.Linear(x, l.Weight)
+		}
 	} else {
 		y = mlx.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, l.Quant, true)
 	}

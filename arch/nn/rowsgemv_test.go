@@ -1,0 +1,116 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/specula-dev/specula/mlx"
+	"github.com/specula-dev/specula/mlx/mlxtest"
+)
+
+// The few-row (tensor-core) GEMV kernel on the GPU of a CUDA build: for 1, 3, 8 and 17
+// rows and the shapes of Qwen3.5-4B's projections (K 2560 and 9216; an odd
+// N), every output is within one bfloat16 rounding of a float32 product of
+// the same bfloat16 values (the reference: MLX's float32 matmul), and every
+// row of a many-row product has exactly the bits of that row run alone —
+// what lets a verification row equal a decode step's. A misaligned view
+// takes the scalar loads and gives the same bits.
+func TestRowsGEMVMatchesAndIsRowStable(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if !mlx.GPUAvailable() {
+			t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
+		}
+		for _, shape := range [][2]int{{2560, 2561}, {9216, 1000}, {256, 248}} {
+			k, n := shape[0], shape[1]
+			w := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(1), mlx.Float32, 0, 0.05, n, k), mlx.BFloat16)
+			all := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(2), mlx.Float32, 0, 1, 17, k), mlx.BFloat16)
+			for _, rows := range []int{1, 3, 8, 17} {
+				x := mlx.SliceAxis(all, 0, 0, rows)
+				got := rowsGEMV(mlx.Reshape(x, 1, rows, k), w)
+				if got == nil {
+					t.Fatalf("K %d, N %d, %d rows: the kernel did not run", k, n, rows)
+				}
+				ref := t.Float32s(mlx.Linear(mlx.AsType(x, mlx.Float32), mlx.AsType(w, mlx.Float32)))
+				g := t.Float32s(mlx.AsType(got, mlx.Float32))
+				for i := range ref {
+					// One bfloat16 rounding (8 bits of mantissa) plus the
+					// float32 sums' different order.
+					if d := math.Abs(float64(g[i] - ref[i])); d > math.Abs(float64(ref[i]))/128+1e-3 {
+						t.Fatalf("K %d, N %d, %d rows: output %d = %g, want %g", k, n, rows, i, g[i], ref[i])
+					}
+				}
+				for r := range rows {
+					alone := t.Float32s(mlx.AsType(rowsGEMV(mlx.SliceAxis(x, 0, r, r+1), w), mlx.Float32))
+					for j := range n {
+						if alone[j] != g[r*n+j] {
+							t.Fatalf("K %d, N %d: row %d of %d differs from the row alone at %d: %g vs %g", k, n, r, rows, j, g[r*n+j], alone[j])
+						}
+					}
+				}
+			}
+			// A view starting 1 element in: not 16-byte aligned.
+			wide := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(3), mlx.Float32, 0, 1, 1, k+8), mlx.BFloat16)
+			view := mlx.SliceAxis(wide, 1, 1, k+1)
+			a := t.Float32s(mlx.AsType(rowsGEMV(view, w), mlx.Float32))
+			b := t.Float32s(mlx.AsType(rowsGEMV(mlx.Add(view, mlx.Zeros(mlx.BFloat16, 1, k)), w), mlx.Float32))
+			for j := range a {
+				if a[j] != b[j] {
+					t.Fatalf("K %d, N %d: a misaligned view gives %g at %d, an aligned copy %g", k, n, a[j], j, b[j])
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkRowsGEMV compares the few-row kernel with MLX's own product (its
+// gemv at 1 row, cuBLAS at 8) on Qwen3.5-4B's projection shapes, on the GPU:
+// 16 products per evaluation, so that the GPU's time rather than one
+// launch's is measured. It reports the weights' bandwidth in GB/s.
+func BenchmarkRowsGEMV(b *testing.B) {
+	shapes := []struct {
+		name string
+		k, n int
+	}{{"in", 2560, 12352}, {"down", 9216, 2560}, {"out", 4096, 2560}, {"head", 2560, 248320}}
+	for _, sh := range shapes {
+		for _, rows := range []int{1, 8} {
+			for _, impl := range []string{"mlx", "kernel"} {
+				b.Run(fmt.Sprintf("%s/rows%d/%s", sh.name, rows, impl), func(b *testing.B) {
+					mlxtest.Run(b, func(t *mlxtest.T) {
+						if !mlx.GPUAvailable() {
+							t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
+						}
+						w := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(1), mlx.Float32, 0, 0.05, sh.n, sh.k), mlx.BFloat16)
+						x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(2), mlx.Float32, 0, 1, 1, rows, sh.k), mlx.BFloat16)
+						mlx.Pin(w, x)
+						defer mlx.Free(w, x)
+						t.Eval(w, x)
+						const per = 16
+						run := func() {
+							outs := make([]*mlx.Array, per)
+							for i := range outs {
+								if impl == "mlx" {
+									outs[i] = mlx.Linear(x, w)
+								} else if outs[i] = rowsGEMV(x, w); outs[i] == nil {
+									b.Fatal("the kernel did not run")
+								}
+							}
+							if err := mlx.Eval(outs...); err != nil {
+								b.Fatal(err)
+							}
+							mlx.Sweep()
+						}
+						run()
+						b.ResetTimer()
+						for range b.N {
+							run()
+						}
+						b.StopTimer()
+						bytes := float64(sh.n) * float64(sh.k) * 2 * per * float64(b.N)
+						b.ReportMetric(bytes/b.Elapsed().Seconds()/1e9, "GB/s")
+					})
+				})
+			}
+		}
+	}
+}
