@@ -235,8 +235,9 @@ func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.
 	}
 	// normed is h under the norm the next layer opens with (past the last
 	// layer, the final norm): each layer's last add makes it, as one kernel
-	// on the GPU (nn.AddRMSNorm). Only the first segment norms a stream it
-	// did not add to: the embeddings, before its first layer.
+	// on the GPU (nn.AddRMSNorm). Only the first segment, which
+	// planSegments always opens at layer 0, norms a stream it did not add
+	// to: the embeddings.
 	var normed *mlx.Array
 	if seg.finish >= 0 {
 		ly := w.layers[seg.finish]
@@ -244,11 +245,7 @@ func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.
 		in = in[2:]
 		record(seg.finish)
 	} else {
-		first := seg.next
-		if len(seg.whole) > 0 {
-			first = seg.whole[0]
-		}
-		normed = nn.RMSNorm(h, w.normAfter(first-1), m.cfg.RMSNormEps)
+		normed = nn.RMSNorm(h, w.normAfter(-1), m.cfg.RMSNormEps)
 	}
 	for j, i := range seg.whole {
 		ly := w.layers[i]
