@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"unsafe"
 )
@@ -186,11 +187,34 @@ func QuantizedMatmul(x, w, scales, biases *Array, q Quant, transpose bool) *Arra
 	must(x)
 	must(w)
 	must(scales)
+	if dequantizeFirst(x, q, transpose) {
+		wd := Dequantize(w, scales, biases, q, x.DType())
+		return Matmul(x, wd.transposed())
+	}
 	return withMode(q, func(mode *C.char) *Array {
 		return build(func(out *C.spx_array) C.int {
 			return C.spx_quantized_matmul(out, x.c, w.c, scales.c, h(biases), C.bool(transpose), C.int(q.GroupSize), C.int(q.Bits), mode, defaultStream)
 		}, x, w, scales, biases)
 	})
+}
+
+// dequantizeFirst reports whether QuantizedMatmul takes the product
+// apart (dequantize, then matmul) instead of calling MLX's: an affine
+// product of several rows with a transposed weight whose whole input width
+// is one quantization group (in ≤ group size), on the GPU. MLX 0.32.4 on
+// CUDA sends exactly those products to its Hopper-only kernel (qmm_sm90,
+// chosen when group size ≥ in), which returned wrong sums on the H200
+// (TestAffineQuantizedMatmulRows); the layers this catches are at most a
+// group wide, so dequantizing them costs nothing worth keeping.
+// SPECULA_MLX_SINGLE_GROUP_QMM=1 restores MLX's path (to re-check it).
+func dequantizeFirst(x *Array, q Quant, transpose bool) bool {
+	if q.Mode != Affine || !transpose || x.NDim() == 0 || x.Dim(-1) > q.GroupSize {
+		return false
+	}
+	if x.Size() <= x.Dim(-1) || CurrentDevice() != GPU {
+		return false
+	}
+	return os.Getenv("SPECULA_MLX_SINGLE_GROUP_QMM") != "1"
 }
 
 // GatherQMM is QuantizedMatmul over stacked weights w [..., E, out, in/pack]
