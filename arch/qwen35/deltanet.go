@@ -8,7 +8,8 @@ import (
 	"github.com/specula-dev/specula/mlx"
 )
 
-// l2Eps is the epsilon of the q/k L2 normalisation (Hugging Face's l2norm).
+// l2Eps is the epsilon of the q/k L2 normalisation (Hugging Face's l2norm);
+// deltaPrepKernel writes it as 1e-6f.
 const l2Eps = 1e-6
 
 // deltaMix is the gated delta-net mixer (spec/qwen35.md section 7) of x
@@ -25,28 +26,12 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 	tail := cfg.ConvKernel - 1
 
 	// One product for the four input projections: [1, L, convDim + valueDim
-	// + 2·Hv], split into the conv channels q | k | v, the gate z, and the
-	// per-head write strength b and decay input a.
+	// + 2·Hv], the conv channels q | k | v, the gate z, and the per-head
+	// write strength b and decay input a.
 	conv, value := cfg.ConvDim(), cfg.ValueDim()
-	proj := mlx.Split(g.in.Forward(x), -1, conv, conv+value, conv+value+hv)
-	mixed := proj[0]
-	z := mlx.Reshape(proj[1], 1, L, hv, dv)
-	gates := deltaGates.Call(proj[3], proj[2], g.negA, g.dtBias)
-	alpha, beta := gates[0], gates[1]
-
-	// Causal depthwise convolution over [tail; rows]: the tail holds the
-	// previous Kc−1 pre-convolution rows, and row t of the output reads
-	// padded rows t … t+Kc−1 (the last tap is the current row).
-	padded := mlx.Concatenate(1, convState, mixed)
-	conved, ok := mlx.ConvSiLUCPU(padded, g.conv) // the same values as one vectorised CPU node
-	if !ok {
-		conved = causalConvSiLU.Call(padded, g.conv)[0]
-	}
-	qkv := mlx.Split(conved, -1, cfg.KeyDim(), 2*cfg.KeyDim())
-	scale := 1 / math.Sqrt(float64(dk))
-	q := nn.L2Norm(mlx.Reshape(qkv[0], 1, L, hk, dk), l2Eps, scale)
-	k := nn.L2Norm(mlx.Reshape(qkv[1], 1, L, hk, dk), l2Eps, 1)
-	v := mlx.Reshape(qkv[2], 1, L, hv, dv)
+	proj := g.in.Forward(x)
+	z := mlx.Reshape(mlx.SliceAxis(proj, 2, conv, conv+value), 1, L, hv, dv)
+	q, k, v, alpha, beta, padded := deltaPrep(cfg, g, proj, convState)
 
 	bounds := append(slices.Clone(splits), L)
 	switch {
@@ -68,6 +53,53 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 
 	o := nn.GatedRMSNorm(out, z, g.norm, cfg.RMSNormEps, m.dtype)
 	return g.out.Forward(mlx.Reshape(o, 1, L, value)), convs, deltas
+}
+
+// deltaPrep returns what the delta rule and the cache need from the stacked
+// projection proj [1, L, convDim + valueDim + 2·Hv] and the convolution
+// tail convState [1, Kc−1, convDim]: q and k [1, L, Hk, Dk] (L2-normalised,
+// q scaled by 1/√Dk), v [1, L, Hv, Dv], the decay alpha and write strength
+// beta [1, L, Hv], all float32, and padded [1, Kc−1+L, convDim] = [tail;
+// the new pre-convolution rows] in proj's dtype. On the GPU that is one
+// launch (deltaPrepKernel); elsewhere, or when the launch fails, the graph
+// path.
+func deltaPrep(cfg *Config, g *deltaWeights, proj, convState *mlx.Array) (q, k, v, alpha, beta, padded *mlx.Array) {
+	if useDeltaPrepKernel(cfg, g, proj, convState) {
+		if outs := deltaPrepLaunch(cfg, g, proj, convState); outs != nil {
+			return outs[0], outs[1], outs[2], outs[3], outs[4], outs[5]
+		}
+	}
+	return deltaPrepGraph(cfg, g, proj, convState)
+}
+
+// deltaPrepGraph is deltaPrep as MLX graph nodes: the gates, the
+// concatenation of the tail with the new rows, the fused convolution with
+// SiLU, and the two L2 norms (the CPU's path, and the GPU's when the kernel
+// is off).
+func deltaPrepGraph(cfg *Config, g *deltaWeights, proj, convState *mlx.Array) (q, k, v, alpha, beta, padded *mlx.Array) {
+	L := proj.Dim(1)
+	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
+	// proj's columns: the conv channels q | k | v, the gate z (read by the
+	// caller), the per-head write strength b and decay input a.
+	conv, value := cfg.ConvDim(), cfg.ValueDim()
+	parts := mlx.Split(proj, -1, conv, conv+value, conv+value+hv)
+	gates := deltaGates.Call(parts[3], parts[2], g.negA, g.dtBias)
+	alpha, beta = gates[0], gates[1]
+
+	// Causal depthwise convolution over [tail; rows]: the tail holds the
+	// previous Kc−1 pre-convolution rows, and row t of the output reads
+	// padded rows t … t+Kc−1 (the last tap is the current row).
+	padded = mlx.Concatenate(1, convState, parts[0])
+	conved, ok := mlx.ConvSiLUCPU(padded, g.conv) // the same values as one vectorised CPU node
+	if !ok {
+		conved = causalConvSiLU.Call(padded, g.conv)[0]
+	}
+	qkv := mlx.Split(conved, -1, cfg.KeyDim(), 2*cfg.KeyDim())
+	scale := 1 / math.Sqrt(float64(dk))
+	q = nn.L2Norm(mlx.Reshape(qkv[0], 1, L, hk, dk), l2Eps, scale)
+	k = nn.L2Norm(mlx.Reshape(qkv[1], 1, L, hk, dk), l2Eps, 1)
+	v = mlx.Reshape(qkv[2], 1, L, hv, dv)
+	return q, k, v, alpha, beta, padded
 }
 
 // deltaGates maps the projections a and b [1, L, Hv] to the per-head decay
