@@ -59,7 +59,7 @@ func TestAddRMSNormKernel(t *testing.T) {
 					t.Shape(sum, 1, rows, d)
 					t.Shape(normed, 1, rows, d)
 					wantSum := mlx.Add(h, x)
-					sameBits(t, name+" sum", t.Float32s(sum), t.Float32s(wantSum))
+					t.SameBits(name+" sum", t.Float32s(sum), t.Float32s(wantSum))
 					got, want := t.Float32s(normed), t.Float32s(mlx.RMSNorm(wantSum, w, addNormEps))
 					off := 0
 					for i := range got {
@@ -83,8 +83,8 @@ func TestAddRMSNormKernel(t *testing.T) {
 				name := fmt.Sprintf("%s row %d of %d", dt, r, rows)
 				hr, xr := mlx.SliceAxis(h, 1, r, r+1), mlx.SliceAxis(x, 1, r, r+1)
 				s1, n1 := nn.AddRMSNorm(hr, xr, w, addNormEps)
-				sameBits(t, name+" sum", t.Float32s(s1), t.Float32s(mlx.SliceAxis(sum, 1, r, r+1)))
-				sameBits(t, name+" normed", t.Float32s(n1), t.Float32s(mlx.SliceAxis(normed, 1, r, r+1)))
+				t.SameBits(name+" sum", t.Float32s(s1), t.Float32s(mlx.SliceAxis(sum, 1, r, r+1)))
+				t.SameBits(name+" normed", t.Float32s(n1), t.Float32s(mlx.SliceAxis(normed, 1, r, r+1)))
 			}
 		}
 	})
@@ -110,25 +110,11 @@ func TestAddRMSNormFallback(t *testing.T) {
 						h, x, w := addNormInputs(dt, 3, d, uint64(d))
 						sum, normed := nn.AddRMSNorm(h, x, w, addNormEps)
 						wantSum := mlx.Add(h, x)
-						sameBits(t, name+" sum", t.Float32s(sum), t.Float32s(wantSum))
-						sameBits(t, name+" normed", t.Float32s(normed), t.Float32s(nn.RMSNorm(wantSum, w, addNormEps)))
+						t.SameBits(name+" sum", t.Float32s(sum), t.Float32s(wantSum))
+						t.SameBits(name+" normed", t.Float32s(normed), t.Float32s(nn.RMSNorm(wantSum, w, addNormEps)))
 					}
 				}
 			})
 		})
-	}
-}
-
-// sameBits fails unless got and want hold the same float32 bits (bfloat16
-// values widen to float32 exactly, so this compares them bit for bit too).
-func sameBits(t *mlxtest.T, what string, got, want []float32) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s[%d] = %g, want %g (bit for bit)", what, i, got[i], want[i])
-		}
 	}
 }

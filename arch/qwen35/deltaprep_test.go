@@ -89,7 +89,7 @@ func TestDeltaPrepKernelMatchesGraph(t *testing.T) {
 							t.Fatalf("%s is %v, want %v", what, got[i].DType(), w.DType())
 						}
 						if i == 5 {
-							assertBits(t, what, t.Float32s(got[i]), t.Float32s(w))
+							t.SameBits(what, t.Float32s(got[i]), t.Float32s(w))
 							continue
 						}
 						assertNear(t, what, t.Float32s(got[i]), t.Float32s(w), groups[i], 1e-5)
@@ -127,10 +127,10 @@ func TestDeltaPrepKernelRowsIndependentOfL(t *testing.T) {
 				}
 				for i := range 5 {
 					what := fmt.Sprintf("%v: %s of token %d", dtype, deltaPrepNames[i], r)
-					assertBits(t, what, t.Float32s(one[i]), t.Float32s(mlx.SliceAxis(all[i], 1, r, r+1)))
+					t.SameBits(what, t.Float32s(one[i]), t.Float32s(mlx.SliceAxis(all[i], 1, r, r+1)))
 				}
 				what := fmt.Sprintf("%v: padded row of token %d", dtype, r)
-				assertBits(t, what, t.Float32s(mlx.SliceAxis(one[5], 1, tail, tail+1)),
+				t.SameBits(what, t.Float32s(mlx.SliceAxis(one[5], 1, tail, tail+1)),
 					t.Float32s(mlx.SliceAxis(all[5], 1, tail+r, tail+r+1)))
 				state = mlx.SliceAxis(one[5], 1, 1, 1+tail)
 				t.Eval(state)
@@ -156,19 +156,6 @@ func assertNear(t *mlxtest.T, what string, got, want []float32, group int, rel f
 			if d := math.Abs(float64(got[i] - want[i])); !(d <= rel*scale) {
 				t.Fatalf("%s[%d] = %g, want %g (run max %g)", what, i, got[i], want[i], scale)
 			}
-		}
-	}
-}
-
-// assertBits fails unless got and want are the same float32 bits.
-func assertBits(t *mlxtest.T, what string, got, want []float32) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s[%d] = %g, want %g bit for bit", what, i, got[i], want[i])
 		}
 	}
 }

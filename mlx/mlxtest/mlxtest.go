@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/specula-dev/specula/mlx"
@@ -138,5 +139,20 @@ func (t *T) Shape(a *mlx.Array, want ...int) {
 	got := a.Shape()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("shape %v, want %v", got, want)
+	}
+}
+
+// SameBits fails the test unless got and want hold the same float32 bits
+// (bfloat16 and float16 values widen to float32 exactly, so this compares
+// them bit for bit too); what names the values in the message.
+func (t *T) SameBits(what string, got, want []float32) {
+	t.TB.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d] = %g, want %g (bit for bit)", what, i, got[i], want[i])
+		}
 	}
 }
