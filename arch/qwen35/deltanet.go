@@ -22,7 +22,7 @@ const l2Eps = 1e-6
 func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, splits []int) (out *mlx.Array, convs, deltas []*mlx.Array) {
 	cfg := m.local
 	L := x.Dim(1)
-	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
+	hk, hv, dk := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim
 	tail := cfg.ConvKernel - 1
 
 	// One product for the four input projections: [1, L, convDim + valueDim
@@ -30,7 +30,6 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 	// write strength b and decay input a.
 	conv, value := cfg.ConvDim(), cfg.ValueDim()
 	proj := g.in.Forward(x)
-	z := mlx.Reshape(mlx.SliceAxis(proj, 2, conv, conv+value), 1, L, hv, dv)
 	q, k, v, alpha, beta, padded := deltaPrep(cfg, g, proj, convState)
 
 	bounds := append(slices.Clone(splits), L)
@@ -51,7 +50,8 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 		convs[i] = mlx.SliceAxis(padded, 1, b, b+tail)
 	}
 
-	o := nn.GatedRMSNorm(out, z, g.norm, cfg.RMSNormEps, m.dtype)
+	// The gate z is the projection's columns conv … conv+valueDim.
+	o := nn.GatedRMSNormFrom(out, proj, conv, g.norm, cfg.RMSNormEps, m.dtype)
 	return g.out.Forward(mlx.Reshape(o, 1, L, value)), convs, deltas
 }
 

@@ -199,8 +199,9 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 // and the choices its Go code makes when traced (the device, which scan
 // runs: a kernel that failed to build is replaced by the graph scan, and
 // SPECULA_GDN_KERNEL=0 turns the kernels off; likewise whether the adds
-// and norms run fused, nn.AddRMSNormFused, and whether the delta-net
-// preparation is one kernel: deltaPrepBroken and SPECULA_DELTA_PREP=0):
+// and norms run fused, nn.AddRMSNormFused, whether the delta-net
+// preparation is one kernel, deltaPrepBroken and SPECULA_DELTA_PREP=0, and
+// whether its output norm is, nn.GatedRMSNormFused):
 // together with the input shapes and dtypes they fix the traced graph.
 func (m *Model) segmentKey(s int, splits [][]int) string {
 	b := strconv.AppendInt(nil, int64(s), 10)
@@ -208,6 +209,7 @@ func (m *Model) segmentKey(s int, splits [][]int) string {
 	b = strconv.AppendBool(b, useScanKernel(m.local.LinearKeyDim))
 	b = strconv.AppendBool(b, os.Getenv("SPECULA_GDN_KERNEL") == "0")
 	b = strconv.AppendBool(b, nn.AddRMSNormFused())
+	b = strconv.AppendBool(b, nn.GatedRMSNormFused())
 	b = strconv.AppendBool(b, deltaPrepBroken.Load())
 	b = strconv.AppendBool(b, os.Getenv("SPECULA_DELTA_PREP") == "0")
 	for _, sp := range splits {

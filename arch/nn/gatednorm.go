@@ -1,0 +1,152 @@
+package nn
+
+import (
+	"log/slog"
+	"math"
+	"os"
+	"sync/atomic"
+
+	"github.com/specula-dev/specula/mlx"
+)
+
+// gatedNormKernel is GatedRMSNorm as one CUDA launch, with the gate read in
+// place from the columns of a wider array. Gated linear-attention layers
+// (Qwen3.5's delta-net) norm each head's output and multiply it by silu of
+// a gate that is a column range of the layer's stacked input projection: on
+// the GPU that was MLX's rms_norm kernel plus a fused elementwise kernel
+// reading the strided gate, two launches per layer that a decode step,
+// bound by launch overhead, pays for nothing.
+//
+// The norm follows MLX's CUDA rms_norm as addNormKernel does (the same
+// split of a row into chunks of NREADS elements over BLOCK threads, the
+// same reductions), then y = w · (x · rsqrt(Σx²/D + eps)), and the output is
+// y · (g · σ(g)) with σ as MLX's CUDA Sigmoid computes it, all in float32, rounded
+// once to the output's dtype. One block owns one row (one head of one
+// token), so a row's bits do not depend on how many rows run: a
+// verification row equals the decode step's.
+//
+// x is [rows, D] float32 with rows = L·H; src is [L, width] and row r's gate
+// is src[r / H, COL + (r mod H)·D …]; w is [D]. The dtype codes XT, ST, WT
+// and OT only make MLX's kernel cache (keyed by name and constants) tell
+// compilations for different dtypes apart.
+var gatedNormKernel = &mlx.CUDAKernel{
+	Name:    "specula_gated_rms_norm",
+	Inputs:  []string{"x", "src", "w"},
+	Outputs: []string{"y"},
+	Header: `
+template <typename T> struct specula_elem { using type = T; };
+template <typename T> struct specula_elem<T&> { using type = T; };
+`,
+	Source: `
+  static_assert(XT >= 0 && ST >= 0 && WT >= 0 && OT >= 0, "dtype codes");
+  using TO = typename specula_elem<decltype(y[0])>::type;
+  const int lane = threadIdx.x & 31;
+  __shared__ float partial[BLOCK / 32];
+  const int row = blockIdx.x;
+  const int t = row / H;
+  const int head = row - t * H;
+  const auto* xr = x + (size_t)row * D;
+  const auto* gr = src + (size_t)t * src_shape[1] + COL + (size_t)head * D;
+  TO* yr = y + (size_t)row * D;
+  float v[CHUNKS * NREADS];
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+#pragma unroll
+    for (int j = 0; j < NREADS; ++j) {
+      const int c = (BLOCK * i + (int)threadIdx.x) * NREADS + j;
+      v[i * NREADS + j] = c < D ? static_cast<float>(xr[c]) : 0.f;
+      acc += v[i * NREADS + j] * v[i * NREADS + j];
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) partial[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  acc = lane < BLOCK / 32 ? partial[lane] : 0.f;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  const float inv = rsqrtf(__fdiv_rn(acc, (float)D) + __int_as_float(EPS));
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+#pragma unroll
+    for (int j = 0; j < NREADS; ++j) {
+      const int c = (BLOCK * i + (int)threadIdx.x) * NREADS + j;
+      if (c < D) {
+        const float n = static_cast<float>(w[c]) * (v[i * NREADS + j] * inv);
+        const float g = static_cast<float>(gr[c]);
+        // MLX's Sigmoid: e = 1/(1+exp|g|), σ = e for g < 0, else 1 − e.
+        const float e = 1.f / (1.f + expf(fabsf(g)));
+        yr[c] = static_cast<TO>(n * (g * (g < 0.f ? e : 1.f - e)));
+      }
+    }
+  }
+`,
+}
+
+// gatedNormBroken is set when a launch fails; the two-kernel path is used
+// from then on (logged once).
+var gatedNormBroken atomic.Bool
+
+// GatedRMSNormFused reports whether GatedRMSNormFrom launches its one
+// kernel (for the operands it takes): on the GPU of a CUDA build, unless
+// SPECULA_GATED_NORM=0 turns it off (to measure or compare) or a launch has
+// failed. Whoever keeps traced graphs keys them on it.
+func GatedRMSNormFused() bool {
+	return mlx.CurrentDevice() == mlx.GPU && !gatedNormBroken.Load() && os.Getenv("SPECULA_GATED_NORM") != "0"
+}
+
+// GatedRMSNormFrom is GatedRMSNorm(x, gate, w, eps, dtype) for x [1, L, H, D]
+// whose gate is columns col … col+H·D of src [1, L, width], read in place:
+// on the GPU one launch (gatedNormKernel), elsewhere (or with the kernel
+// off, or for operands it does not take) the slice and GatedRMSNorm.
+func GatedRMSNormFrom(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtype mlx.DType) *mlx.Array {
+	if x.NDim() != 4 || src.NDim() != 3 || x.Dim(0) != 1 || src.Dim(0) != 1 || x.Dim(1) != src.Dim(1) {
+		panic("nn: GatedRMSNormFrom takes x [1, L, H, D] and src [1, L, width]")
+	}
+	L, h, d := x.Dim(1), x.Dim(2), x.Dim(3)
+	if col < 0 || col+h*d > src.Dim(2) {
+		panic("nn: GatedRMSNormFrom: the gate's columns run past src")
+	}
+	if y := gatedNormLaunch(x, src, col, w, eps, dtype); y != nil {
+		return y
+	}
+	gate := mlx.Reshape(mlx.SliceAxis(src, 2, col, col+h*d), 1, L, h, d)
+	return GatedRMSNorm(x, gate, w, eps, dtype)
+}
+
+// gatedNormLaunch runs gatedNormKernel, or returns nil when it does not
+// apply (off the GPU, switched off, x not float32, other dtypes, a
+// non-positive eps) or the launch failed.
+func gatedNormLaunch(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtype mlx.DType) *mlx.Array {
+	if !GatedRMSNormFused() || x.DType() != mlx.Float32 || !(eps > 0) || w == nil || w.NDim() != 1 || w.Dim(0) != x.Dim(3) {
+		return nil
+	}
+	for _, dt := range []mlx.DType{src.DType(), w.DType(), dtype} {
+		if dt != mlx.BFloat16 && dt != mlx.Float16 && dt != mlx.Float32 {
+			return nil
+		}
+	}
+	L, h, d := x.Dim(1), x.Dim(2), x.Dim(3)
+	nreads, block, chunks := normLayout(d, mlx.Float32.Size())
+	outs, err := gatedNormKernel.Run([]*mlx.Array{mlx.Reshape(x, L*h, d), mlx.Reshape(src, L, src.Dim(2)), w}, mlx.KernelLaunch{
+		OutputShapes: [][]int{{L * h, d}},
+		OutputDTypes: []mlx.DType{dtype},
+		Grid:         [3]int{L * h * block, 1, 1},
+		Block:        [3]int{block, 1, 1},
+		Templates: []mlx.KernelTemplate{
+			{Name: "D", Value: d}, {Name: "H", Value: h}, {Name: "COL", Value: col},
+			{Name: "BLOCK", Value: block}, {Name: "CHUNKS", Value: chunks}, {Name: "NREADS", Value: nreads},
+			{Name: "EPS", Value: int(math.Float32bits(eps))},
+			{Name: "XT", Value: int(x.DType())}, {Name: "ST", Value: int(src.DType())},
+			{Name: "WT", Value: int(w.DType())}, {Name: "OT", Value: int(dtype)},
+		},
+	})
+	if err != nil {
+		if !gatedNormBroken.Swap(true) {
+			slog.Warn("nn: the gated RMSNorm CUDA kernel failed; using RMSNorm and the gate's own kernel", "err", err)
+		}
+		return nil
+	}
+	return mlx.Reshape(outs[0], 1, L, h, d)
+}
