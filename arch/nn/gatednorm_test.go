@@ -43,7 +43,7 @@ func TestGatedRMSNormFromFallback(t *testing.T) {
 					x, z, src, w := gatedNormInputs(dt, 3, 4, 128, 96, 40, 7)
 					got := nn.GatedRMSNormFrom(x, src, 96, w, gatedNormEps, dt)
 					t.Shape(got, 1, 3, 4, 128)
-					sameBits(t, dt.String(), t.Float32s(got), t.Float32s(nn.GatedRMSNorm(x, z, w, gatedNormEps, dt)))
+					t.SameBits(dt.String(), t.Float32s(got), t.Float32s(nn.GatedRMSNorm(x, z, w, gatedNormEps, dt)))
 				}
 			})
 		})
@@ -104,7 +104,7 @@ func TestGatedRMSNormKernel(t *testing.T) {
 					for r := range L {
 						xr, sr := mlx.SliceAxis(x, 1, r, r+1), mlx.SliceAxis(src, 1, r, r+1)
 						one := nn.GatedRMSNormFrom(xr, sr, col, w, gatedNormEps, dt)
-						sameBits(t, fmt.Sprintf("%s row %d", name, r), t.Float32s(one), t.Float32s(mlx.SliceAxis(got, 1, r, r+1)))
+						t.SameBits(fmt.Sprintf("%s row %d", name, r), t.Float32s(one), t.Float32s(mlx.SliceAxis(got, 1, r, r+1)))
 					}
 				}
 			}
