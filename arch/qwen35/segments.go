@@ -198,11 +198,11 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 // segmentKey names a segment, the snapshot splits of its delta-net layers
 // and the choices its Go code makes when traced (the device, which scan
 // runs: a kernel that failed to build is replaced by the graph scan, and
-// SPECULA_GDN_KERNEL=0 turns the kernels off; likewise whether the adds
-// and norms run fused, nn.AddRMSNormFused, whether the delta-net
-// preparation is one kernel, deltaPrepBroken and SPECULA_DELTA_PREP=0, and
-// whether its output norm is, nn.GatedRMSNormFused):
-// together with the input shapes and dtypes they fix the traced graph.
+// SPECULA_GDN_KERNEL=0 turns the kernels off; likewise which of the other
+// fused kernels run: the adds with their norms (nn.AddRMSNormFused), the
+// delta-net's output norm (nn.GatedRMSNormFused) and its preparation
+// (deltaPrepBroken, SPECULA_DELTA_PREP=0)): together with the input shapes
+// and dtypes they fix the traced graph.
 func (m *Model) segmentKey(s int, splits [][]int) string {
 	b := strconv.AppendInt(nil, int64(s), 10)
 	b = append(b, mlx.CurrentDevice().String()...)
