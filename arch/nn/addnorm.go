@@ -37,10 +37,9 @@ var addNormKernel = &mlx.CUDAKernel{
 	Name:    "specula_add_rms_norm",
 	Inputs:  []string{"h", "x", "w"},
 	Outputs: []string{"sum", "normed"},
+	Header:  blockSumHeader,
 	Source: `
   using T = decltype(h[0] + x[0]);
-  const int lane = threadIdx.x & 31;
-  __shared__ float partial[BLOCK / 32];
   const size_t base = (size_t)blockIdx.x * D;
   const T* hr = h + base;
   const T* xr = x + base;
@@ -84,13 +83,7 @@ var addNormKernel = &mlx.CUDAKernel{
       }
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) partial[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  acc = lane < BLOCK / 32 ? partial[lane] : 0.f;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  acc = specula_block_sum<BLOCK>(acc);
   const float inv = rsqrtf(__fdiv_rn(acc, (float)D) + __int_as_float(EPS));
 #pragma unroll
   for (int i = 0; i < CHUNKS; ++i) {
@@ -116,6 +109,27 @@ var addNormKernel = &mlx.CUDAKernel{
   }
 `,
 }
+
+// blockSumHeader is CUDA shared by the norm kernels: specula_block_sum
+// returns the sum of v over a block of BLOCK threads, in the order of MLX's
+// rms_norm (its BlockBroadcastReduce): in each warp a butterfly of xor
+// shuffles from 16 down to 1, then the same over the per-warp sums, which
+// every thread receives.
+const blockSumHeader = `
+template <int BLOCK>
+__device__ __forceinline__ float specula_block_sum(float v) {
+  __shared__ float partial[BLOCK / 32];
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (lane == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = lane < BLOCK / 32 ? partial[lane] : 0.f;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+`
 
 // normLayout is how MLX's CUDA RMSNorm (RMSNorm::eval_gpu and
 // dispatch_num_chunks in mlx/backend/cuda/rms_norm.cu) splits a row of d

@@ -33,15 +33,13 @@ var gatedNormKernel = &mlx.CUDAKernel{
 	Name:    "specula_gated_rms_norm",
 	Inputs:  []string{"x", "src", "w"},
 	Outputs: []string{"y"},
-	Header: `
+	Header: blockSumHeader + `
 template <typename T> struct specula_elem { using type = T; };
 template <typename T> struct specula_elem<T&> { using type = T; };
 `,
 	Source: `
   static_assert(XT >= 0 && ST >= 0 && WT >= 0 && OT >= 0, "dtype codes");
   using TO = typename specula_elem<decltype(y[0])>::type;
-  const int lane = threadIdx.x & 31;
-  __shared__ float partial[BLOCK / 32];
   const int row = blockIdx.x;
   const int t = row / H;
   const int head = row - t * H;
@@ -59,13 +57,7 @@ template <typename T> struct specula_elem<T&> { using type = T; };
       acc += v[i * NREADS + j] * v[i * NREADS + j];
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) partial[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  acc = lane < BLOCK / 32 ? partial[lane] : 0.f;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  acc = specula_block_sum<BLOCK>(acc);
   const float inv = rsqrtf(__fdiv_rn(acc, (float)D) + __int_as_float(EPS));
 #pragma unroll
   for (int i = 0; i < CHUNKS; ++i) {
