@@ -95,24 +95,34 @@ func TestAddRMSNormKernel(t *testing.T) {
 // With SPECULA_ADD_NORM=0 it is checked on any device, without it on the
 // CPU.
 func TestAddRMSNormFallback(t *testing.T) {
+	runFallback(t, "SPECULA_ADD_NORM", "TestAddRMSNormKernel", func(t *mlxtest.T, dt mlx.DType) {
+		for _, d := range []int{1000, 2560} {
+			name := fmt.Sprintf("%s 3x%d", dt, d)
+			h, x, w := addNormInputs(dt, 3, d, uint64(d))
+			sum, normed := nn.AddRMSNorm(h, x, w, addNormEps)
+			wantSum := mlx.Add(h, x)
+			t.SameBits(name+" sum", t.Float32s(sum), t.Float32s(wantSum))
+			t.SameBits(name+" normed", t.Float32s(normed), t.Float32s(nn.RMSNorm(wantSum, w, addNormEps)))
+		}
+	})
+}
+
+// runFallback runs check for bfloat16 and float32 on a fused kernel's
+// fallback path: with the kernel's switch env set to 0 on any device, and
+// without it where the kernel does not run (the CPU; on the GPU that case
+// is kernelTest's and skips here).
+func runFallback(t *testing.T, env, kernelTest string, check func(t *mlxtest.T, dt mlx.DType)) {
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprintf("off=%v", off), func(tt *testing.T) {
 			if off {
-				tt.Setenv("SPECULA_ADD_NORM", "0")
+				tt.Setenv(env, "0")
 			}
 			mlxtest.Run(tt, func(t *mlxtest.T) {
 				if !off && mlx.CurrentDevice() != mlx.CPU {
-					t.Skip("on the GPU the kernel runs (TestAddRMSNormKernel)")
+					t.Skip("on the GPU the kernel runs (" + kernelTest + ")")
 				}
 				for _, dt := range []mlx.DType{mlx.BFloat16, mlx.Float32} {
-					for _, d := range []int{1000, 2560} {
-						name := fmt.Sprintf("%s 3x%d", dt, d)
-						h, x, w := addNormInputs(dt, 3, d, uint64(d))
-						sum, normed := nn.AddRMSNorm(h, x, w, addNormEps)
-						wantSum := mlx.Add(h, x)
-						t.SameBits(name+" sum", t.Float32s(sum), t.Float32s(wantSum))
-						t.SameBits(name+" normed", t.Float32s(normed), t.Float32s(nn.RMSNorm(wantSum, w, addNormEps)))
-					}
+					check(t, dt)
 				}
 			})
 		})

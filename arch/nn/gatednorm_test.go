@@ -30,24 +30,12 @@ func gatedNormInputs(dtype mlx.DType, L, h, d, col, pad int, seed uint64) (x, z,
 // GatedRMSNorm of the gate it names: the gate built on its own and the one
 // read from the middle of a wider array give the same bits.
 func TestGatedRMSNormFromFallback(t *testing.T) {
-	for _, off := range []bool{false, true} {
-		t.Run(fmt.Sprintf("off=%v", off), func(tt *testing.T) {
-			if off {
-				tt.Setenv("SPECULA_GATED_NORM", "0")
-			}
-			mlxtest.Run(tt, func(t *mlxtest.T) {
-				if !off && mlx.CurrentDevice() != mlx.CPU {
-					t.Skip("on the GPU the kernel runs (TestGatedRMSNormKernel)")
-				}
-				for _, dt := range []mlx.DType{mlx.BFloat16, mlx.Float32} {
-					x, z, src, w := gatedNormInputs(dt, 3, 4, 128, 96, 40, 7)
-					got := nn.GatedRMSNormFrom(x, src, 96, w, gatedNormEps, dt)
-					t.Shape(got, 1, 3, 4, 128)
-					t.SameBits(dt.String(), t.Float32s(got), t.Float32s(nn.GatedRMSNorm(x, z, w, gatedNormEps, dt)))
-				}
-			})
-		})
-	}
+	runFallback(t, "SPECULA_GATED_NORM", "TestGatedRMSNormKernel", func(t *mlxtest.T, dt mlx.DType) {
+		x, z, src, w := gatedNormInputs(dt, 3, 4, 128, 96, 40, 7)
+		got := nn.GatedRMSNormFrom(x, src, 96, w, gatedNormEps, dt)
+		t.Shape(got, 1, 3, 4, 128)
+		t.SameBits(dt.String(), t.Float32s(got), t.Float32s(nn.GatedRMSNorm(x, z, w, gatedNormEps, dt)))
+	})
 }
 
 // On the GPU of a CUDA build the one-kernel gated norm matches the two-kernel
