@@ -1,11 +1,8 @@
 package nn
 
 import (
-	"log/slog"
 	"math"
-	"os"
 	"slices"
-	"sync/atomic"
 
 	"github.com/specula-dev/specula/mlx"
 )
@@ -173,9 +170,7 @@ func AddRMSNorm(h, x, w *mlx.Array, eps float32) (sum, normed *mlx.Array) {
 // shapes it takes): on the GPU of a CUDA build, unless SPECULA_ADD_NORM=0
 // turns it off (to measure or to compare) or a launch has failed. Whoever
 // keeps traced graphs keys them on it: the choice changes the graph.
-func AddRMSNormFused() bool {
-	return mlx.CurrentDevice() == mlx.GPU && !addNormBroken.Load() && os.Getenv("SPECULA_ADD_NORM") != "0"
-}
+func AddRMSNormFused() bool { return addNormSwitch.On() }
 
 // fitsAddNorm reports whether the kernel can run on these operands: h and x
 // of one float dtype and shape, w of that dtype and of the last dimension
@@ -187,16 +182,11 @@ func fitsAddNorm(h, x, w *mlx.Array, eps float32) bool {
 		return false
 	}
 	dt := h.DType()
-	if dt != mlx.BFloat16 && dt != mlx.Float16 && dt != mlx.Float32 {
-		return false
-	}
-	return x.DType() == dt && w.DType() == dt && h.NDim() >= 1 && h.Size() > 0 &&
+	return KernelFloat(dt) && x.DType() == dt && w.DType() == dt && h.NDim() >= 1 && h.Size() > 0 &&
 		slices.Equal(h.Shape(), x.Shape()) && w.NDim() == 1 && w.Dim(0) == h.Dim(-1)
 }
 
-// addNormBroken is set when a launch fails; Add then RMSNorm are used from
-// then on (logged once).
-var addNormBroken atomic.Bool
+var addNormSwitch = NewKernelSwitch("SPECULA_ADD_NORM", "nn: the add+RMSNorm CUDA kernel failed; using Add then RMSNorm")
 
 // addRMSNormKernel launches addNormKernel, one block per row; ok is false
 // when the launch failed.
@@ -215,9 +205,7 @@ func addRMSNormKernel(h, x, w *mlx.Array, eps float32) (sum, normed *mlx.Array, 
 		},
 	})
 	if err != nil {
-		if !addNormBroken.Swap(true) {
-			slog.Warn("nn: the add+RMSNorm CUDA kernel failed; using Add then RMSNorm", "err", err)
-		}
+		addNormSwitch.Fail(err)
 		return nil, nil, false
 	}
 	return outs[0], outs[1], true

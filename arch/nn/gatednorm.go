@@ -1,10 +1,7 @@
 package nn
 
 import (
-	"log/slog"
 	"math"
-	"os"
-	"sync/atomic"
 
 	"github.com/specula-dev/specula/mlx"
 )
@@ -76,17 +73,13 @@ template <typename T> struct specula_elem<T&> { using type = T; };
 `,
 }
 
-// gatedNormBroken is set when a launch fails; the two-kernel path is used
-// from then on (logged once).
-var gatedNormBroken atomic.Bool
+var gatedNormSwitch = NewKernelSwitch("SPECULA_GATED_NORM", "nn: the gated RMSNorm CUDA kernel failed; using RMSNorm and the gate's own kernel")
 
 // GatedRMSNormFused reports whether GatedRMSNormFrom launches its one
 // kernel (for the operands it takes): on the GPU of a CUDA build, unless
 // SPECULA_GATED_NORM=0 turns it off (to measure or compare) or a launch has
 // failed. Whoever keeps traced graphs keys them on it.
-func GatedRMSNormFused() bool {
-	return mlx.CurrentDevice() == mlx.GPU && !gatedNormBroken.Load() && os.Getenv("SPECULA_GATED_NORM") != "0"
-}
+func GatedRMSNormFused() bool { return gatedNormSwitch.On() }
 
 // GatedRMSNormFrom is GatedRMSNorm(x, gate, w, eps, dtype) for x [1, L, H, D]
 // whose gate is columns col … col+H·D of src [1, L, width], read in place:
@@ -114,10 +107,8 @@ func gatedNormLaunch(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtyp
 	if !GatedRMSNormFused() || x.DType() != mlx.Float32 || !(eps > 0) || w == nil || w.NDim() != 1 || w.Dim(0) != x.Dim(3) {
 		return nil
 	}
-	for _, dt := range []mlx.DType{src.DType(), w.DType(), dtype} {
-		if dt != mlx.BFloat16 && dt != mlx.Float16 && dt != mlx.Float32 {
-			return nil
-		}
+	if !KernelFloat(src.DType()) || !KernelFloat(w.DType()) || !KernelFloat(dtype) {
+		return nil
 	}
 	L, h, d := x.Dim(1), x.Dim(2), x.Dim(3)
 	nreads, block, chunks := normLayout(d, mlx.Float32.Size())
@@ -135,9 +126,7 @@ func gatedNormLaunch(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtyp
 		},
 	})
 	if err != nil {
-		if !gatedNormBroken.Swap(true) {
-			slog.Warn("nn: the gated RMSNorm CUDA kernel failed; using RMSNorm and the gate's own kernel", "err", err)
-		}
+		gatedNormSwitch.Fail(err)
 		return nil
 	}
 	return mlx.Reshape(outs[0], 1, L, h, d)

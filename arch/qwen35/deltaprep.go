@@ -1,10 +1,7 @@
 package qwen35
 
 import (
-	"log/slog"
-	"os"
-	"sync/atomic"
-
+	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -112,21 +109,18 @@ var deltaPrepKernel = &mlx.CUDAKernel{
 // a shape, a dtype, the device or the environment, so the choice is fixed
 // within a compiled segment's trace.
 func useDeltaPrepKernel(cfg *Config, g *deltaWeights, proj, convState *mlx.Array) bool {
-	if mlx.CurrentDevice() != mlx.GPU || cfg.LinearKeyDim%32 != 0 || cfg.LinearValueDim%32 != 0 || cfg.ConvKernel < 2 ||
-		deltaPrepBroken.Load() || os.Getenv("SPECULA_DELTA_PREP") == "0" {
+	if !deltaPrepSwitch.On() || cfg.LinearKeyDim%32 != 0 || cfg.LinearValueDim%32 != 0 || cfg.ConvKernel < 2 {
 		return false
 	}
 	for _, a := range []*mlx.Array{proj, g.conv, g.negA, g.dtBias} {
-		if dt := a.DType(); dt != mlx.BFloat16 && dt != mlx.Float16 && dt != mlx.Float32 {
+		if !nn.KernelFloat(a.DType()) {
 			return false
 		}
 	}
 	return convState.DType() == proj.DType()
 }
 
-// deltaPrepBroken is set when a launch fails; the graph path is used from
-// then on (logged once).
-var deltaPrepBroken atomic.Bool
+var deltaPrepSwitch = nn.NewKernelSwitch("SPECULA_DELTA_PREP", "qwen35: the delta-net preparation CUDA kernel failed; using the graph path")
 
 // deltaPrepLaunch runs deltaPrepKernel and returns deltaPrep's six arrays in
 // its order, or nil when the launch failed (the caller then runs the graph
@@ -153,9 +147,7 @@ func deltaPrepLaunch(cfg *Config, g *deltaWeights, proj, convState *mlx.Array) [
 		},
 	})
 	if err != nil {
-		if !deltaPrepBroken.Swap(true) {
-			slog.Warn("qwen35: the delta-net preparation CUDA kernel failed; using the graph path", "err", err)
-		}
+		deltaPrepSwitch.Fail(err)
 		return nil
 	}
 	return []*mlx.Array{

@@ -1,10 +1,9 @@
 package qwen35
 
 import (
-	"log/slog"
 	"os"
-	"sync/atomic"
 
+	"github.com/specula-dev/specula/arch/nn"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -79,7 +78,7 @@ var gatedDeltaKernel = &mlx.CUDAKernel{
 // build, with Dk a multiple of the warp size. SPECULA_GDN_KERNEL=0 turns it
 // off (to measure or to compare against the graph scan).
 func useScanKernel(dk int) bool {
-	return mlx.CurrentDevice() == mlx.GPU && dk%32 == 0 && !kernelBroken.Load() && os.Getenv("SPECULA_GDN_KERNEL") != "0"
+	return dk%32 == 0 && scanSwitch.On()
 }
 
 // useCPUScan reports whether the CPU's one-node scan (mlx.GatedDeltaScan)
@@ -98,9 +97,7 @@ func useCPUScan(inputs ...*mlx.Array) bool {
 	return true
 }
 
-// kernelBroken is set when a launch fails; the graph scan is used from then
-// on (logged once).
-var kernelBroken atomic.Bool
+var scanSwitch = nn.NewKernelSwitch("SPECULA_GDN_KERNEL", "qwen35: the gated-delta CUDA kernel failed; using the graph scan")
 
 // gatedDeltaScanKernel is gatedDeltaScan as one launch. q, k [1, L, Hk, Dk]
 // (not repeated per value head), v [1, L, Hv, Dv], alpha and beta
@@ -129,9 +126,7 @@ func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) 
 		},
 	})
 	if err != nil {
-		if !kernelBroken.Swap(true) {
-			slog.Warn("qwen35: the gated-delta CUDA kernel failed; using the graph scan", "err", err)
-		}
+		scanSwitch.Fail(err)
 		return nil, nil
 	}
 	states := make([]*mlx.Array, len(bounds))

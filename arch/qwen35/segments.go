@@ -201,8 +201,8 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 // SPECULA_GDN_KERNEL=0 turns the kernels off; likewise which of the other
 // fused kernels run: the adds with their norms (nn.AddRMSNormFused), the
 // delta-net's output norm (nn.GatedRMSNormFused) and its preparation
-// (deltaPrepBroken, SPECULA_DELTA_PREP=0)): together with the input shapes
-// and dtypes they fix the traced graph.
+// (deltaPrepSwitch)): together with the input shapes and dtypes they fix
+// the traced graph.
 func (m *Model) segmentKey(s int, splits [][]int) string {
 	b := strconv.AppendInt(nil, int64(s), 10)
 	b = append(b, mlx.CurrentDevice().String()...)
@@ -210,8 +210,7 @@ func (m *Model) segmentKey(s int, splits [][]int) string {
 	b = strconv.AppendBool(b, os.Getenv("SPECULA_GDN_KERNEL") == "0")
 	b = strconv.AppendBool(b, nn.AddRMSNormFused())
 	b = strconv.AppendBool(b, nn.GatedRMSNormFused())
-	b = strconv.AppendBool(b, deltaPrepBroken.Load())
-	b = strconv.AppendBool(b, os.Getenv("SPECULA_DELTA_PREP") == "0")
+	b = strconv.AppendBool(b, deltaPrepSwitch.On())
 	for _, sp := range splits {
 		b = append(b, '|')
 		for _, x := range sp {
