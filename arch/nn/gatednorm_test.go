@@ -2,7 +2,6 @@ package nn_test
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/specula-dev/specula/arch/nn"
@@ -73,19 +72,7 @@ func TestGatedRMSNormKernel(t *testing.T) {
 						t.Fatalf("%s: dtype %s, want %s", name, got.DType(), dt)
 					}
 					t.Shape(got, 1, L, h, d)
-					g, want := t.Float32s(got), t.Float32s(nn.GatedRMSNorm(x, z, w, gatedNormEps, dt))
-					off := 0
-					for i := range g {
-						if math.Float32bits(g[i]) != math.Float32bits(want[i]) {
-							off++
-						}
-						if e := math.Abs(float64(g[i] - want[i])); e > tol*math.Abs(float64(want[i]))+1e-6 {
-							t.Fatalf("%s: [%d] = %g, want %g", name, i, g[i], want[i])
-						}
-					}
-					if off > 0 {
-						t.Logf("%s: %d of %d values differ from the two-kernel path's (within tolerance)", name, off, len(g))
-					}
+					closeLoggingBits(t, name, t.Float32s(got), t.Float32s(nn.GatedRMSNorm(x, z, w, gatedNormEps, dt)), tol, 1e-6)
 					if L == 1 {
 						continue
 					}
