@@ -10,7 +10,7 @@ import (
 
 // rowsGEMV is x · Wᵀ for 1 to maxGEMVRows rows of bfloat16 on the GPU, one
 // launch of our own tensor-core kernel, the weights read once. Linear uses
-// it when rowsGEMVOn.
+// it for products of rowsGEMVFrom rows or more.
 //
 // Why (docs/PERFORMANCE.md, issue 19): MLX computes one row with its gemv
 // kernel and several with cuBLAS, which it records into its CUDA graph by
@@ -142,13 +142,39 @@ const maxGEMVRows = 17
 // then on (logged once).
 var rowsGEMVBroken atomic.Bool
 
-// rowsGEMVOn is whether Linear sends bfloat16 products of 1 to 17 rows to
-// rowsGEMV: only with SPECULA_ROWS_GEMV=1 (read once). It is not
-// the default because at one row the kernel streams the weights at
-// 0.4-0.8x the rate of MLX's gemv on the H200 (0.8-1.2x cuBLAS's at 8 rows;
-// docs/PERFORMANCE.md); what it buys is exactness: a verification row and a
-// decode step get the same bits in bfloat16.
-var rowsGEMVOn = os.Getenv("SPECULA_ROWS_GEMV") == "1"
+// rowsGEMVFrom is the fewest rows Linear sends to rowsGEMV (0: never), from
+// SPECULA_ROWS_GEMV, read once: "1" sends every bfloat16 product of 1 to
+// maxGEMVRows rows, "verify" only those of 2 or more (verification blocks and
+// block drafts), any other value none. Neither is the default: at one row
+// the kernel streams the weights at 0.4-0.8x the rate of MLX's gemv on the
+// H200 (0.8-1.2x cuBLAS's at 8 rows; docs/PERFORMANCE.md). "1" buys
+// exactness: a verification row and a decode step get the same bits in
+// bfloat16. "verify" keeps MLX's gemv for the step and replaces the cuBLAS
+// products of a verification, whose stream capture into MLX's graph costs
+// the host more than the kernels cost the GPU (issue 19); its rows then sum
+// differently from a step's, as cuBLAS's do.
+var rowsGEMVFrom = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
+
+// parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVFrom.
+func parseRowsGEMV(v string) int {
+	switch v {
+	case "1":
+		return 1
+	case "verify":
+		return 2
+	}
+	return 0
+}
+
+// leadingRows is the number of rows of x [..., K]: the product of every
+// dimension but the last.
+func leadingRows(x *mlx.Array) int {
+	rows := 1
+	for _, d := range x.Shape()[:x.NDim()-1] {
+		rows *= d
+	}
+	return rows
+}
 
 // rowsGEMV returns x · Wᵀ for x [..., K] with at most maxGEMVRows rows and
 // w [N, K], both bfloat16 and K a multiple of 8, as one launch, or nil when
@@ -165,10 +191,7 @@ func rowsGEMV(x, w *mlx.Array) *mlx.Array {
 	if x.Dim(-1) != k || k%8 != 0 {
 		return nil
 	}
-	rows := 1
-	for _, d := range x.Shape()[:x.NDim()-1] {
-		rows *= d
-	}
+	rows := leadingRows(x)
 	if rows < 1 || rows > maxGEMVRows {
 		return nil
 	}

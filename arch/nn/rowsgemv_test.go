@@ -114,3 +114,43 @@ func BenchmarkRowsGEMV(b *testing.B) {
 		}
 	}
 }
+
+// SPECULA_ROWS_GEMV's values: "1" every row count, "verify" two rows or
+// more, anything else never.
+func TestParseRowsGEMV(t *testing.T) {
+	for v, want := range map[string]int{"": 0, "0": 0, "1": 1, "verify": 2, "2": 0, "true": 0, "VERIFY": 0} {
+		if got := parseRowsGEMV(v); got != want {
+			t.Errorf("parseRowsGEMV(%q) = %d, want %d", v, got, want)
+		}
+	}
+}
+
+// Linear sends a bfloat16 product to the few-row kernel exactly when it has
+// rowsGEMVFrom rows or more (up to maxGEMVRows) and to MLX otherwise: with
+// "verify" a decode step's row keeps MLX's gemv bits and an 8-row block
+// gets the kernel's, on the GPU of a CUDA build.
+func TestLinearRowsGEMVFrom(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if !mlx.GPUAvailable() {
+			t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
+		}
+		saved := rowsGEMVFrom
+		defer func() { rowsGEMVFrom = saved }()
+		k, n := 2560, 1000
+		w := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(4), mlx.Float32, 0, 0.05, n, k), mlx.BFloat16)
+		x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(5), mlx.Float32, 0, 1, 1, 8, k), mlx.BFloat16)
+		layer := Dense(w, nil)
+		for _, c := range []struct {
+			from, rows int
+			kernel     bool
+		}{{2, 1, false}, {2, 8, true}, {1, 1, true}, {0, 8, false}} {
+			rowsGEMVFrom = c.from
+			in := mlx.SliceAxis(x, 1, 0, c.rows)
+			want := mlx.Linear(in, w)
+			if c.kernel {
+				want = rowsGEMV(in, w)
+			}
+			t.SameBits(fmt.Sprintf("from %d, %d rows", c.from, c.rows), t.Float32s(mlx.AsType(layer.Forward(in), mlx.Float32)), t.Float32s(mlx.AsType(want, mlx.Float32)))
+		}
+	})
+}
