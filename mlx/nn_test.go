@@ -548,3 +548,83 @@ func (t *tensor) head(h int) *tensor {
 	copy(out.data, t.data[h*L*D:(h+1)*L*D])
 	return out
 }
+
+// ropeComposed is MLX's own CPU composition of RoPE (mlx/fast.cpp's
+// fallback, node for node) for float32 x [..., T, D]: positions (t + offset)
+// · scale, inverse frequencies exp(−j · (log(base) / (dims/2))), their
+// product's cos and sin, and the rotation of the pairs (j, j + dims/2), or
+// (2j, 2j+1) when traditional, the features from dims on kept.
+func ropeComposed(x *mlx.Array, dims int, traditional bool, base, scale float32, offset *mlx.Array) *mlx.Array {
+	nd, T, D := x.NDim(), x.Dim(-2), x.Dim(-1)
+	half := dims / 2
+	positions := mlx.Multiply(mlx.Add(mlx.Arange(0, float64(T), 1, mlx.Float32), offset), mlx.Scalar(float64(scale), mlx.Float32))
+	step := mlx.Divide(mlx.Log(mlx.Scalar(float64(base), mlx.Float32)), mlx.Scalar(float64(half), mlx.Float32))
+	inv := mlx.Exp(mlx.Multiply(mlx.Arange(0, -float64(half), -1, mlx.Float32), step))
+	theta := mlx.Multiply(mlx.ExpandDims(positions, -1), inv)
+	c, s := mlx.Cos(theta), mlx.Sin(theta)
+	var x1, x2 *mlx.Array
+	lead := x.Shape()[:nd-1]
+	if traditional {
+		pairs := mlx.Reshape(mlx.SliceAxis(x, nd-1, 0, dims), append(append([]int{}, lead...), half, 2)...)
+		x1 = mlx.Reshape(mlx.SliceAxis(pairs, nd, 0, 1), append(append([]int{}, lead...), half)...)
+		x2 = mlx.Reshape(mlx.SliceAxis(pairs, nd, 1, 2), append(append([]int{}, lead...), half)...)
+	} else {
+		x1, x2 = mlx.SliceAxis(x, nd-1, 0, half), mlx.SliceAxis(x, nd-1, half, dims)
+	}
+	first := mlx.Subtract(mlx.Multiply(x1, c), mlx.Multiply(x2, s))
+	second := mlx.Add(mlx.Multiply(x1, s), mlx.Multiply(x2, c))
+	var out *mlx.Array
+	if traditional {
+		out = mlx.Reshape(mlx.Concatenate(-1, mlx.ExpandDims(first, -1), mlx.ExpandDims(second, -1)), append(append([]int{}, lead...), dims)...)
+	} else {
+		out = mlx.Concatenate(-1, first, second)
+	}
+	if dims < D {
+		out = mlx.Concatenate(-1, out, mlx.SliceAxis(x, nd-1, dims, D))
+	}
+	return out
+}
+
+// On the CPU a float32 RoPE is one graph node (shim/rope.cpp) with, to the
+// bit, the values of MLX's own composition of it, for neox and traditional
+// pairs, full and partial rotation, 3- and 4-dimensional inputs, a
+// transposed view, large positions, a scale, and an offset given as an
+// array.
+func TestRoPEOnTheCPUIsMLXsComposition(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if mlx.CurrentDevice() != mlx.CPU {
+			t.Skip("the one-node RoPE is the CPU's")
+		}
+		r := newRand(t)
+		view := mlx.Transpose(randTensor(r, 1, 6, 3, 64).roundF32().mlx(), 0, 2, 1, 3) // [1, 3, 6, 64], strided
+		for _, c := range []struct {
+			name        string
+			x           *mlx.Array
+			dims        int
+			traditional bool
+			base, scale float32
+			offset      int
+		}{
+			{"neox full", randTensor(r, 1, 2, 5, 16).roundF32().mlx(), 16, false, 1e6, 1, 0},
+			{"neox partial, Qwen3.5's 64 of 256", randTensor(r, 1, 2, 3, 256).roundF32().mlx(), 64, false, 1e7, 1, 37},
+			{"traditional partial", randTensor(r, 1, 2, 5, 16).roundF32().mlx(), 8, true, 1e4, 1, 5},
+			{"three dimensions, far positions", randTensor(r, 2, 4, 32).roundF32().mlx(), 32, false, 1e6, 1, 40000},
+			{"scaled positions", randTensor(r, 1, 1, 4, 16).roundF32().mlx(), 16, false, 1e4, 0.25, 9},
+			{"a transposed view", view, 64, false, 1e6, 1, 123},
+		} {
+			got := mlx.RoPE(c.x, c.dims, c.traditional, c.base, c.scale, c.offset)
+			wantOneNode(t, c.name, "RoPECPU", false, got)
+			off := mlx.FromInt32s([]int32{int32(c.offset)}, 1)
+			want := t.Float32s(ropeComposed(c.x, c.dims, c.traditional, c.base, c.scale, off))
+			t.SameBits(c.name, t.Float32s(got), want)
+			dyn := mlx.RoPEDynamic(c.x, c.dims, c.traditional, c.base, c.scale, off)
+			t.SameBits(c.name+", offset as an array", t.Float32s(dyn), want)
+		}
+		// bfloat16 takes MLX's own composition: many nodes.
+		ops, err := mlx.GraphOps(mlx.RoPE(mlx.AsType(view, mlx.BFloat16), 64, false, 1e6, 1, 3))
+		t.NoErr(err)
+		if ops["RoPECPU"] != 0 {
+			t.Fatalf("a bfloat16 RoPE took the float32 node: %v", ops)
+		}
+	})
+}

@@ -2,13 +2,14 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: 499c667f142c5a1dfaa60432b3f9e52a
+// shim digest: dc9a7d5d04d2f0fe3c8d9d978af48aaa
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"
 #include "shim/system.cpp"
 #include "shim/gdn.cpp"
 #include "shim/norm.cpp"
+#include "shim/rope.cpp"
 #include "shim/act.cpp"
 #include "shim/dist.cpp"
 #include "shim/topk.cpp"

@@ -12,7 +12,7 @@ import (
 // build cache can link a stale shim (see scripts/shim-stamp.sh).
 func TestShimStampIsCurrent(t *testing.T) {
 	var src []byte
-	for _, f := range []string{"shim/shim.h", "shim/shim.cpp", "shim/compile.cpp", "shim/blas.cpp", "shim/system.cpp", "shim/gdn.cpp", "shim/norm.cpp", "shim/act.cpp", "shim/dist.cpp", "shim/topk.cpp", "shim/part.cpp"} {
+	for _, f := range []string{"shim/shim.h", "shim/shim.cpp", "shim/compile.cpp", "shim/blas.cpp", "shim/system.cpp", "shim/gdn.cpp", "shim/norm.cpp", "shim/rope.cpp", "shim/act.cpp", "shim/dist.cpp", "shim/topk.cpp", "shim/part.cpp"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

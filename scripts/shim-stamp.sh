@@ -8,7 +8,7 @@
 # fails when it was not run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-digest="$(cd "$root/mlx/shim" && cat shim.h shim.cpp compile.cpp blas.cpp system.cpp gdn.cpp norm.cpp act.cpp dist.cpp topk.cpp part.cpp | sha256sum | cut -c1-32)"
+digest="$(cd "$root/mlx/shim" && cat shim.h shim.cpp compile.cpp blas.cpp system.cpp gdn.cpp norm.cpp rope.cpp act.cpp dist.cpp topk.cpp part.cpp | sha256sum | cut -c1-32)"
 unity="$root/mlx/shim_unity.cpp"
 want="// shim digest: $digest"
 if ! grep -qxF "$want" "$unity" 2>/dev/null; then
@@ -24,6 +24,7 @@ $want
 #include "shim/system.cpp"
 #include "shim/gdn.cpp"
 #include "shim/norm.cpp"
+#include "shim/rope.cpp"
 #include "shim/act.cpp"
 #include "shim/dist.cpp"
 #include "shim/topk.cpp"

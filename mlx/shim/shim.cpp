@@ -20,9 +20,11 @@
 namespace mx = mlx::core;
 
 // One-node CPU kernels for ops that MLX composes from many nodes, or runs
-// scalar, on the CPU (norm.cpp, act.cpp); nothing when the call is not theirs.
+// scalar, on the CPU (norm.cpp, rope.cpp, act.cpp); nothing when the call is not theirs.
 std::optional<mx::array> rms_norm_cpu(const mx::array& x, const std::optional<mx::array>& w,
                                       float eps, const mx::Stream& s);
+std::optional<mx::array> rope_cpu(const mx::array& x, int dims, bool traditional, float base,
+                                  float scale, const mx::array& offset, const mx::Stream& s);
 std::optional<mx::array> sigmoid_mul_cpu(const mx::array& a, const mx::array& b, bool silu,
                                          const mx::Stream& s);
 std::optional<mx::array> conv_silu_cpu(const mx::array& x, const mx::array& w, const mx::Stream& s);
@@ -764,7 +766,10 @@ int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
              float base, float scale, int offset, spx_array offset_array,
              spx_stream s) {
   SPX_TRY
-  if (offset_array.ctx != nullptr) {
+  mx::array off = offset_array.ctx != nullptr ? arr(offset_array) : mx::array(offset, mx::int32);
+  if (auto y = rope_cpu(arr(x), dims, traditional, base, scale, off, stream(s))) {
+    assign(out, std::move(*y));
+  } else if (offset_array.ctx != nullptr) {
     assign(out, mx::fast::rope(arr(x), dims, traditional, base, scale,
                                arr(offset_array), std::nullopt, stream(s)));
   } else {
