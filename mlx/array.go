@@ -33,6 +33,8 @@ type Array struct {
 	// t is the cached transposed view used by Linear (owned by a: released
 	// with it). Weights are transposed once instead of once per use.
 	t *Array
+	// tb is t as [1, in, out] (owned by a), for Linear of a batch of one.
+	tb *Array
 	// shared marks worker-wide constants (cached scalars): never freed.
 	shared bool
 }

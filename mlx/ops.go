@@ -220,9 +220,18 @@ func Silu(a *Array) *Array { return Multiply(a, Sigmoid(a)) }
 func Softplus(a *Array) *Array { return LogAddExp(a, Scalar(0, dtypeOr(a, Float32))) }
 
 // Linear returns x · wᵀ for a weight stored [out, in]. The transposed view
-// of w is made once and kept with w (a view, not a copy), so a model's
-// weights cost one graph node per use instead of two.
-func Linear(x, w *Array) *Array { return Matmul(x, w.transposed()) }
+// of w is made once and kept with w (a view, not a copy), evaluated at once
+// so that it is a leaf: a graph, or a compiled function's trace, holds it as
+// a constant and never runs the transpose again. An x of [1, L, in] is
+// multiplied by the view as [1, in, out], which spares MLX's matmul the
+// flatten and unflatten nodes it puts around a 3-dimensional x and a
+// 2-dimensional weight (the product and its kernel are the same).
+func Linear(x, w *Array) *Array {
+	if x.Valid() && x.NDim() == 3 && x.Dim(0) == 1 {
+		return Matmul(x, w.transposedBatch())
+	}
+	return Matmul(x, w.transposed())
+}
 
 // transposed returns the cached view of a with its last two axes swapped.
 func (a *Array) transposed() *Array {
@@ -231,15 +240,39 @@ func (a *Array) transposed() *Array {
 		return empty()
 	}
 	if a.t == nil || !a.t.Valid() {
-		t := SwapAxes(a, -1, -2)
-		if !t.Valid() {
-			return t
-		}
-		// Owned by a, outside every scope: released together with a.
-		t.scope, t.pins = nil, 1
-		a.t = t
+		a.t = ownedLeaf(SwapAxes(a, -1, -2))
 	}
 	return a.t
+}
+
+// transposedBatch returns the cached view of a 2-dimensional a [out, in]
+// as [1, in, out].
+func (a *Array) transposedBatch() *Array {
+	must(a).checkLive()
+	if !a.Valid() || a.NDim() != 2 {
+		return a.transposed()
+	}
+	if a.tb == nil || !a.tb.Valid() {
+		a.tb = ownedLeaf(ExpandDims(a.transposed(), 0))
+	}
+	return a.tb
+}
+
+// ownedLeaf prepares a view cached by the array it views: outside every
+// scope (released with its owner) and evaluated now unless it depends on an
+// input of a function being traced (then a later call makes it again). An
+// evaluated view shares its owner's buffer; failures are recorded as an
+// op's are.
+func ownedLeaf(v *Array) *Array {
+	if !v.Valid() {
+		return v
+	}
+	var done C.bool
+	if err := status(C.spx_eval_leaf(&done, v.c)); err != nil {
+		record(err)
+	}
+	v.scope, v.pins = nil, 1
+	return v
 }
 
 // AddScalar returns a + v with v in a's dtype.

@@ -1,6 +1,7 @@
 package mlx_test
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -411,6 +412,58 @@ func roundSignificand(v float64, bits int) float64 {
 	frac, exp := math.Frexp(v) // v = frac · 2^exp, 0.5 <= |frac| < 1
 	scaled := frac * math.Ldexp(1, bits)
 	return math.Ldexp(math.RoundToEven(scaled), exp-bits)
+}
+
+// Linear's weight views are made once and evaluated: a product of a batch
+// of one ([1, L, in]) or of rows ([L, in]) is one Matmul node, with no
+// transpose of the weight and no flatten or unflatten around it; a compiled
+// function that reads the weight bakes the view in as a constant, so each
+// call adds only its product; a weight given to a compiled function as an
+// input works as before. The values are a float64 product's.
+func TestLinearIsOneNode(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRand(t)
+		x := randTensor(r, 1, 4, 16).roundF32()
+		w := randTensor(r, 5, 16).roundF32()
+		wt := newTensor(16, 5)
+		for i := range 5 {
+			for j := range 16 {
+				wt.data[j*5+i] = w.at(i, j)
+			}
+		}
+		want := matmulRef(x, wt)
+		wm := w.mlx()
+		t.NoErr(mlx.Eval(wm))
+		for _, c := range []struct {
+			name string
+			x    *mlx.Array
+		}{{"a batch of one", x.mlx()}, {"rows", mlx.Reshape(x.mlx(), 4, 16)}} {
+			t.NoErr(mlx.Eval(c.x))
+			y := mlx.Linear(c.x, wm)
+			wantOneNode(t, c.name, "Matmul", true, y)
+			check(t, c.name, mlx.Reshape(y, 1, 4, 5), want, 1e-5, 1e-5)
+		}
+		baked := mlx.Compile("linear_baked", 1, func(in []*mlx.Array) []*mlx.Array {
+			return []*mlx.Array{mlx.Linear(in[0], wm)}
+		})
+		defer baked.Free()
+		for call := range 2 {
+			y := baked.Call(x.mlx())[0]
+			wantOneNode(t, fmt.Sprintf("compiled, call %d", call), "Matmul", false, y)
+			ops, err := mlx.GraphOps(y)
+			t.NoErr(err)
+			if ops["Transpose"]+ops["Flatten"]+ops["Unflatten"]+ops["ExpandDims"] != 0 {
+				t.Fatalf("compiled call %d replays views of the weight: %v", call, ops)
+			}
+			check(t, "compiled", y, want, 1e-5, 1e-5)
+		}
+		input := mlx.Compile("linear_input", 1, func(in []*mlx.Array) []*mlx.Array {
+			return []*mlx.Array{mlx.Linear(in[0], in[1])}
+		})
+		defer input.Free()
+		check(t, "weight as a compiled input", input.Call(x.mlx(), wm)[0], want, 1e-5, 1e-5)
+		check(t, "again, another weight", input.Call(x.mlx(), mlx.MultiplyScalar(wm, 2))[0], mapT(want, func(v float64) float64 { return 2 * v }), 1e-5, 1e-5)
+	})
 }
 
 func TestMatmulAndLinear(t *testing.T) {

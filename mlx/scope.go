@@ -149,6 +149,10 @@ func Free(arrays ...*Array) {
 
 // release frees the C handle of a live array and marks it freed.
 func (a *Array) release() {
+	if a.tb != nil {
+		a.tb.release()
+		a.tb = nil
+	}
 	if a.t != nil {
 		a.t.release()
 		a.t = nil

@@ -382,6 +382,17 @@ int spx_eval(const spx_array* a, size_t n) {
   SPX_CATCH
 }
 
+int spx_eval_leaf(bool* done, spx_array a) {
+  SPX_TRY
+  *done = false;
+  mx::array x = arr(a);
+  if (!x.is_tracer()) {
+    mx::eval(x);
+    *done = true;
+  }
+  SPX_CATCH
+}
+
 int spx_async_eval(const spx_array* a, size_t n) {
   SPX_TRY
   mx::async_eval(arrays(a, n));
