@@ -16,11 +16,13 @@
 //     read-only mmap) or File.Reader; the data section is never read to
 //     validate. (reader.go, header.go, dtype.go)
 //   - Write and WriteFile produce files byte-identical to the reference
-//     crate's for the same input. (writer.go)
-//   - ReadIndex decodes model.safetensors.index.json; OpenCheckpoint opens
-//     a checkpoint folder (single file or shards, config.json, generation
-//     and tokenizer files) as one name → tensor map. (index.go,
-//     checkpoint.go)
+//     crate's for the same input; NewWriter and Create write the same files
+//     from tensor headers, the bytes streamed after them, so a large file
+//     never has to be in memory. (writer.go)
+//   - ReadIndex decodes model.safetensors.index.json and WriteIndex writes
+//     one; OpenCheckpoint opens a checkpoint folder (single file or shards,
+//     config.json, generation and tokenizer files) as one name → tensor
+//     map. (index.go, checkpoint.go)
 //   - Bind checks a checkpoint against what an architecture declares and
 //     reports every missing, unexpected and mis-shaped tensor at once.
 //     (bind.go)

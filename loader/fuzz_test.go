@@ -145,7 +145,8 @@ func verifyAccepted(t *testing.T, data []byte, l *layout) {
 // FuzzIndex feeds arbitrary documents to the index parser. It must never
 // panic, fail only with ErrInvalidIndex or ErrInvalidShardPath, and every
 // index it accepts must decode to the same weight map with encoding/json,
-// with every shard path inside the folder.
+// with every shard path inside the folder, and read back the same once
+// WriteIndex has written it.
 func FuzzIndex(f *testing.F) {
 	for _, tc := range malformedCases() {
 		if b, ok := tc.folder[IndexName]; ok {
@@ -179,6 +180,14 @@ func FuzzIndex(f *testing.F) {
 			if !filepath.IsLocal(s) || strings.ContainsAny(s, "\\\x00") || strings.HasPrefix(s, "/") {
 				t.Fatalf("accepted shard path %q", s)
 			}
+		}
+		p := filepath.Join(t.TempDir(), IndexName)
+		if err := WriteIndex(p, x); err != nil {
+			t.Fatalf("WriteIndex of an accepted index: %v", err)
+		}
+		back, err := ReadIndex(p)
+		if err != nil || !mapsEqual(back.WeightMap, x.WeightMap) || back.TotalSize != x.TotalSize || back.HasTotalSize != x.HasTotalSize {
+			t.Fatalf("written and read back as %+v (%v), want %+v", back, err, x)
 		}
 	})
 }

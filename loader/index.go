@@ -243,3 +243,26 @@ func checkShardPaths(indexPath string, m map[string]string) error {
 	return &Error{File: indexPath, Kind: ErrInvalidShardPath,
 		Detail: fmt.Sprintf("invalid shard path %s in weight_map: shards must be relative file names inside the checkpoint folder", strings.Join(bad, ", "))}
 }
+
+// WriteIndex writes x as an index file at path, laid out as
+// huggingface_hub writes one: an object with metadata.total_size (when
+// x.HasTotalSize) and weight_map, keys sorted, indented by two spaces, with
+// a final newline. Shard paths are checked as ReadIndex checks them, before
+// anything is written.
+func WriteIndex(path string, x *Index) error {
+	if err := checkShardPaths(path, x.WeightMap); err != nil {
+		return err
+	}
+	doc := map[string]any{"weight_map": x.WeightMap}
+	if x.WeightMap == nil {
+		doc["weight_map"] = map[string]string{} // ReadIndex requires the object
+	}
+	if x.HasTotalSize {
+		doc["metadata"] = map[string]uint64{"total_size": x.TotalSize}
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

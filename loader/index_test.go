@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -110,4 +113,50 @@ func captureLogs(t *testing.T) *bytes.Buffer {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	return &buf
+}
+
+// WriteIndex writes what huggingface_hub writes for the same map, and
+// ReadIndex reads it back; a shard path ReadIndex would refuse is refused
+// before anything is written.
+func TestWriteIndex(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, IndexName)
+	x := &Index{WeightMap: map[string]string{"b": "model-00002-of-00002.safetensors", "a": "model-00001-of-00002.safetensors"},
+		TotalSize: 24, HasTotalSize: true}
+	if err := WriteIndex(p, x); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// json.dumps(index, indent=2, sort_keys=True) + "\n"
+	const want = `{
+  "metadata": {
+    "total_size": 24
+  },
+  "weight_map": {
+    "a": "model-00001-of-00002.safetensors",
+    "b": "model-00002-of-00002.safetensors"
+  }
+}
+`
+	if string(got) != want {
+		t.Errorf("index\n%s\nwant\n%s", got, want)
+	}
+	back, err := ReadIndex(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(back.WeightMap, x.WeightMap) || back.TotalSize != 24 || !back.HasTotalSize {
+		t.Errorf("read back %+v, want %+v", back, x)
+	}
+
+	bad := filepath.Join(dir, "bad.index.json")
+	if err := WriteIndex(bad, &Index{WeightMap: map[string]string{"a": "../x.safetensors"}}); !errors.Is(err, ErrInvalidShardPath) {
+		t.Fatalf("WriteIndex of a shard outside the folder = %v, want ErrInvalidShardPath", err)
+	}
+	if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused index was written (%v)", err)
+	}
 }

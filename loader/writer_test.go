@@ -125,3 +125,148 @@ func TestDTypeTable(t *testing.T) {
 		t.Error("the zero DType is not invalid")
 	}
 }
+
+// headers returns the tensors' header entries, without their bytes.
+func headers(tensors []Tensor) []TensorHeader {
+	var hs []TensorHeader
+	for _, t := range tensors {
+		hs = append(hs, TensorHeader{Name: t.Name, DType: t.DType, Shape: t.Shape})
+	}
+	return hs
+}
+
+// streamData writes the tensors' bytes through w in the order it asks for,
+// in pieces of at most piece bytes that straddle tensor boundaries, as a
+// producer of fixed-size chunks would.
+func streamData(t *testing.T, w *Writer, tensors []Tensor, piece int) {
+	t.Helper()
+	var data []byte
+	for _, i := range w.Order() {
+		data = append(data, tensors[i].Data...)
+	}
+	if uint64(len(data)) != w.Size() {
+		t.Fatalf("Size() = %d, the tensors hold %d bytes", w.Size(), len(data))
+	}
+	for len(data) > 0 {
+		n := min(piece, len(data))
+		if _, err := w.Write(data[:n]); err != nil {
+			t.Fatal(err)
+		}
+		data = data[n:]
+	}
+}
+
+// The streaming writer makes the reference crate's files byte for byte
+// from headers and bytes given in pieces.
+func TestStreamingWriterReproducesCrateGoldenFiles(t *testing.T) {
+	for _, c := range loadGolden(t) {
+		t.Run(c.File, func(t *testing.T) {
+			want, err := os.ReadFile(filepath.Join("testdata", "golden", c.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tensors := c.tensors(t)
+			var got bytes.Buffer
+			w, err := NewWriter(&got, headers(tensors), c.Metadata)
+			if err != nil {
+				t.Fatal(err)
+			}
+			streamData(t, w, tensors, 3)
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("bytes differ from the crate's\n got %q\nwant %q", got.Bytes(), want)
+			}
+		})
+	}
+}
+
+// A data section shorter or longer than the header declares is refused,
+// naming the tensor at fault, and Create then leaves no file behind.
+func TestStreamingWriterRefusesWrongDataLength(t *testing.T) {
+	tensors := []Tensor{f32("a", 2), {Name: "b", DType: U8, Shape: []uint64{3}, Data: []byte{1, 2, 3}}}
+	t.Run("short", func(t *testing.T) {
+		dir := t.TempDir()
+		w, err := Create(filepath.Join(dir, "m.safetensors"), headers(tensors), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Abort()
+		w.Write(make([]byte, 9)) // a's 8 bytes and one of b's 3
+		err = w.Close()
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, ErrInvalidTensor) || e.Tensor != "b" || !strings.Contains(err.Error(), "closed after 1 of its 3 bytes (9 of the 11 data bytes") {
+			t.Fatalf("Close = %v, want an ErrInvalidTensor naming b", err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Fatalf("folder holds %v after a short write", entries)
+		}
+	})
+	t.Run("long", func(t *testing.T) {
+		w, err := NewWriter(&bytes.Buffer{}, headers(tensors), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(make([]byte, 10))
+		if _, err := w.Write(make([]byte, 3)); !errors.Is(err, ErrInvalidTensor) || !strings.Contains(err.Error(), `tensor "b": 2 bytes written past the end`) {
+			t.Fatalf("Write past the end = %v", err)
+		}
+		if err := w.Close(); !errors.Is(err, ErrInvalidTensor) {
+			t.Fatalf("Close after a refused write = %v, want the same error", err)
+		}
+	})
+}
+
+// Create writes under a temporary name: path appears only at a successful
+// Close, readable by all as os.WriteFile(…, 0o644) makes files; Abort
+// removes the temporary file, and nothing more can be written.
+func TestCreateAppearsOnlyAtClose(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "m.safetensors")
+	tensors := []Tensor{f32("x", 3, 2), {Name: "y", DType: BF16, Shape: []uint64{5}, Data: bytes.Repeat([]byte{7}, 10)}}
+
+	w, err := Create(p, headers(tensors), map[string]string{"format": "pt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(tensors[0].Data[:5])
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s exists before Close (%v)", p, err)
+	}
+	w.Abort()
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("folder holds %v after Abort", entries)
+	}
+	if _, err := w.Write([]byte{1}); err == nil {
+		t.Fatal("a write after Abort was accepted")
+	}
+
+	w, err = Create(p, headers(tensors), map[string]string{"format": "pt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	streamData(t, w, tensors, 7)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.Abort() // after Close: nothing to undo
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := Write(&want, tensors, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Error("Create wrote other bytes than Write")
+	}
+	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v (%v), want 0644", st.Mode().Perm(), err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("folder holds %v, want the file alone", entries)
+	}
+}
