@@ -27,7 +27,7 @@ func init() {
 // gated attention layer) and a DFlash2 draft with its candidate selector,
 // sized so the demo runs in seconds on a laptop CPU in float32.
 const (
-	demoVersion = "demo-v1" // bump when the recipe changes: a new cache folder
+	demoVersion = "demo-v2" // bump when the recipe changes: a new cache folder (v2: synth's chunked drawing)
 	demoVocab   = 2048
 	demoPrompt  = "The quick brown fox jumps over the lazy dog. Speculative decoding"
 )

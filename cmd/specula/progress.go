@@ -13,6 +13,8 @@ import (
 type progressBar struct {
 	w       io.Writer
 	tty     bool
+	doing   string // "loading": the bar's word while a phase runs
+	did     string // "loaded": its word in the phase's summary line
 	phase   string
 	total   int64
 	start   time.Time
@@ -27,7 +29,14 @@ func newProgressBar(w io.Writer) *progressBar {
 			tty = true
 		}
 	}
-	return &progressBar{w: w, tty: tty}
+	return &progressBar{w: w, tty: tty, doing: "loading", did: "loaded"}
+}
+
+// saying makes the bar say doing while a phase runs and did when it ends
+// ("writing", "wrote") instead of "loading" and "loaded".
+func (p *progressBar) saying(doing, did string) *progressBar {
+	p.doing, p.did = doing, did
+	return p
 }
 
 // update is an engine.Progress.
@@ -47,7 +56,7 @@ func (p *progressBar) update(phase string, done, total int64) {
 		frac = float64(done) / float64(total)
 	}
 	n := int(frac * width)
-	line := fmt.Sprintf("loading %s [%s%s] %3.0f%% %s / %s", phase, strings.Repeat("#", n), strings.Repeat("-", width-n), 100*frac, humanBytes(done), humanBytes(total))
+	line := fmt.Sprintf("%s %s [%s%s] %3.0f%% %s / %s", p.doing, phase, strings.Repeat("#", n), strings.Repeat("-", width-n), 100*frac, humanBytes(done), humanBytes(total))
 	pad := max(0, p.lastLen-len(line))
 	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", pad))
 	p.lastLen = len(line)
@@ -57,7 +66,7 @@ func (p *progressBar) finishPhase() {
 	if p.phase == "" {
 		return
 	}
-	msg := fmt.Sprintf("loaded %s: %s in %.1fs", p.phase, humanBytes(p.total), time.Since(p.start).Seconds())
+	msg := fmt.Sprintf("%s %s: %s in %.1fs", p.did, p.phase, humanBytes(p.total), time.Since(p.start).Seconds())
 	if p.tty {
 		pad := max(0, p.lastLen-len(msg))
 		fmt.Fprintf(p.w, "\r%s%s\n", msg, strings.Repeat(" ", pad))
@@ -69,6 +78,15 @@ func (p *progressBar) finishPhase() {
 
 // done ends the last phase.
 func (p *progressBar) done() { p.finishPhase() }
+
+// abandon ends the phase that failed, without its summary line; on a
+// terminal it clears the bar so that the error starts a clean line.
+func (p *progressBar) abandon() {
+	if p.tty && p.lastLen > 0 {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.lastLen))
+	}
+	p.phase, p.lastLen = "", 0
+}
 
 func humanBytes(n int64) string {
 	switch {

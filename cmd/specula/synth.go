@@ -145,9 +145,13 @@ func writeSynth(e *env, dir, shape string, q synth.Qwen35, tok *tokenizer.SmallB
 	}
 	fmt.Fprintf(e.stderr, "writing a random %s (%s shapes, %d layers, vocab %d, %s, %.2fB parameters, %.2fB active per token)\n",
 		kind, shape, q.Layers, q.Vocab, q.DType, float64(q.Params())/1e9, float64(q.ActiveParams())/1e9)
+	bar := newProgressBar(e.stderr).saying("writing", "wrote")
+	q.Progress = func(written, total int64) { bar.update("target", written, total) }
 	if err := q.WriteContext(e.ctx, target); err != nil {
+		bar.abandon()
 		return err
 	}
+	bar.done()
 	// float32 weights are asked for to compute in float32 (an oracle sweep,
 	// a parity check): "auto" would compute in bfloat16 on a GPU, and
 	// bfloat16 rounds a verification of several rows and a one-row step
@@ -159,9 +163,12 @@ func writeSynth(e *env, dir, shape string, q synth.Qwen35, tok *tokenizer.SmallB
 	manifest := fmt.Sprintf("# Random weights written by specula synth.\nschema = 1\nname = \"synth-%s\"\n\n[target]\npath = \"target\"\ncapabilities = [\"model\", \"draft-target\"]\ndtype = %q\n", shape, computeDType)
 	if d != nil {
 		fmt.Fprintf(e.stderr, "writing a random %s draft (taps %v)\n", draftName, d.TargetLayerIDs)
+		d.Progress = func(written, total int64) { bar.update("draft", written, total) }
 		if err := d.WriteContext(e.ctx, filepath.Join(dir, "draft")); err != nil {
+			bar.abandon()
 			return err
 		}
+		bar.done()
 		manifest += fmt.Sprintf("\n[draft]\npath = \"draft\"\ncapabilities = %s\n", caps)
 	}
 	return os.WriteFile(filepath.Join(dir, "manifest.toml"), []byte(manifest), 0o644)

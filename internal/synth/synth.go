@@ -1,8 +1,10 @@
 // Package synth writes random-weight checkpoint folders in the Hugging Face
 // layout: a Qwen3.5 text model, a DFlash or DFlash2 draft for it, and a
 // small tokenizer. The demo, benchmarks and tests use them where real
-// weights are unavailable or too large. Weights are drawn from a seeded
-// generator, so the same options give byte-identical folders.
+// weights are unavailable or too large. Every value is drawn from a
+// generator seeded by the options' seed, the tensor's name and the value's
+// position (chunkRand says how), so the same options give byte-identical
+// folders however many cores draw them.
 //
 // The distributions follow the reference fixtures' recipe
 // (testdata/fixtures/*/README.md): zero-centred norms near 0, projections
@@ -12,16 +14,10 @@ package synth
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
-
-	"github.com/specula-dev/specula/loader"
 )
 
 // DType is a storage dtype for random weights.
@@ -55,6 +51,11 @@ type Qwen35 struct {
 	// num_experts, num_experts_per_tok, moe_intermediate_size and
 	// shared_expert_intermediate_size; Experts 0 means a dense model.
 	Experts, TopK, ExpertSize, SharedSize int
+
+	// Progress, if not nil, is called while the weights are written with
+	// the bytes of tensor data written so far and their total, on the
+	// goroutine that called Write.
+	Progress func(written, total int64)
 }
 
 // Sizes lists the released Qwen3.5 sizes Qwen35Shape knows.
@@ -140,9 +141,14 @@ func (q Qwen35) ActiveParams() int64 {
 type spec struct {
 	name  string
 	shape []int
-	draw  func(r *rand.Rand) float64
+	draw  drawFunc
 	f32   bool // stored float32 whatever the checkpoint dtype (A_log, GDN norm)
 }
+
+// drawFunc draws the value at row-major position i of a tensor from r.
+// Most distributions ignore i; it lets one depend on where the value sits
+// (baseKernel) without state shared between the chunks drawn in parallel.
+type drawFunc func(r *rand.Rand, i int64) float64
 
 func (s spec) numel() int64 {
 	n := int64(1)
@@ -152,11 +158,11 @@ func (s spec) numel() int64 {
 	return n
 }
 
-func normal(mean, std float64) func(r *rand.Rand) float64 {
-	return func(r *rand.Rand) float64 { return mean + std*r.NormFloat64() }
+func normal(mean, std float64) drawFunc {
+	return func(r *rand.Rand, _ int64) float64 { return mean + std*r.NormFloat64() }
 }
 
-func proj(fanIn int, gain float64) func(r *rand.Rand) float64 {
+func proj(fanIn int, gain float64) drawFunc {
 	return normal(0, gain/math.Sqrt(float64(fanIn)))
 }
 
@@ -166,7 +172,7 @@ func (q Qwen35) tensors() []spec {
 	valueDim := q.LinearValueHeads * q.LinearValueDim
 	convDim := 2*keyDim + valueDim
 	var out []spec
-	add := func(name string, draw func(*rand.Rand) float64, shape ...int) {
+	add := func(name string, draw drawFunc, shape ...int) {
 		out = append(out, spec{name: name, shape: shape, draw: draw})
 	}
 	add("model.embed_tokens.weight", normal(0, 0.1), q.Vocab, H)
@@ -190,7 +196,7 @@ func (q Qwen35) tensors() []spec {
 			add(p+"linear_attn.conv1d.weight", normal(0, 0.3), convDim, 1, q.ConvKernel)
 			add(p+"linear_attn.dt_bias", normal(0, 0.5), q.LinearValueHeads)
 			out = append(out, spec{name: p + "linear_attn.A_log", shape: []int{q.LinearValueHeads}, f32: true,
-				draw: func(r *rand.Rand) float64 { return math.Log(0.05 + 1.95*r.Float64()) }})
+				draw: func(r *rand.Rand, _ int64) float64 { return math.Log(0.05 + 1.95*r.Float64()) }})
 			out = append(out, spec{name: p + "linear_attn.norm.weight", shape: []int{q.LinearValueDim}, f32: true, draw: normal(1, 0.1)})
 			add(p+"linear_attn.out_proj.weight", proj(valueDim, 1.2), H, valueDim)
 		}
@@ -259,14 +265,17 @@ func (q Qwen35) config() map[string]any {
 	return cfg
 }
 
-// Write writes config.json and model.safetensors into dir (created).
+// Write writes config.json and the weights into dir (created): one
+// model.safetensors, or for more than 5 GB of weights shards of at most
+// 5 GB (a larger tensor alone) and their model.safetensors.index.json, as
+// huggingface_hub splits released checkpoints.
 func (q Qwen35) Write(dir string) error { return q.WriteContext(context.Background(), dir) }
 
 // WriteContext is Write that gives up with ctx's error once ctx is done:
-// a large shape takes minutes to draw, and an interrupted synth should
-// stop within a moment.
+// a large shape takes a while to write, and an interrupted synth should
+// stop within a moment, leaving no weights file behind.
 func (q Qwen35) WriteContext(ctx context.Context, dir string) error {
-	return writeCheckpoint(ctx, dir, q.config(), q.tensors(), q.DType, q.Seed)
+	return writeCheckpoint(ctx, dir, q.config(), q.tensors(), q.DType, q.Seed, q.Progress)
 }
 
 // DFlash describes a random DFlash (Selector == false) or DFlash2 draft for
@@ -287,13 +296,15 @@ type DFlash struct {
 	SelectorRank, SelectorTopK int
 	DType                      DType
 	Seed                       uint64
+	// Progress is as Qwen35's.
+	Progress func(written, total int64)
 }
 
 func (d DFlash) tensors() []spec {
 	H := d.Hidden
 	F := len(d.TargetLayerIDs) * H
 	var out []spec
-	add := func(name string, draw func(*rand.Rand) float64, shape ...int) {
+	add := func(name string, draw drawFunc, shape ...int) {
 		out = append(out, spec{name: name, shape: shape, draw: draw})
 	}
 	add("fc.weight", proj(F, 1), H, F)
@@ -316,10 +327,7 @@ func (d DFlash) tensors() []spec {
 		if d.DFlash2 {
 			G := H / d.ConvGroup
 			for _, m := range []string{"attention_conv", "mlp_conv"} {
-				base := spec{name: p + m + ".base_kernel", shape: []int{2, d.ConvKernel, H}}
-				kc, h := d.ConvKernel, H
-				base.draw = baseKernel(kc, h)
-				out = append(out, base)
+				add(p+m+".base_kernel", baseKernel(d.ConvKernel, H), 2, d.ConvKernel, H)
 				add(p+m+".kernel_projection.weight", proj(H, 0.2), 2*d.ConvKernel*G, H)
 			}
 		}
@@ -333,13 +341,10 @@ func (d DFlash) tensors() []spec {
 }
 
 // baseKernel draws tap 0 (the current row) near 1 and the others near 0, as
-// the fixtures do, filling [2, Kc, H] in row-major order.
-func baseKernel(kc, h int) func(r *rand.Rand) float64 {
-	i := 0
-	return func(r *rand.Rand) float64 {
-		tap := (i / h) % kc
-		i++
-		if tap == 0 {
+// the fixtures do, for a [2, Kc, H] kernel.
+func baseKernel(kc, h int) drawFunc {
+	return func(r *rand.Rand, i int64) float64 {
+		if tap := (i / int64(h)) % int64(kc); tap == 0 {
 			return 1 + 0.2*r.NormFloat64()
 		}
 		return 0.3 * r.NormFloat64()
@@ -392,74 +397,11 @@ func (d DFlash) config() map[string]any {
 	return cfg
 }
 
-// Write writes config.json and model.safetensors into dir (created).
+// Write writes config.json and the weights into dir (created), as
+// Qwen35.Write does.
 func (d DFlash) Write(dir string) error { return d.WriteContext(context.Background(), dir) }
 
 // WriteContext is Write that gives up with ctx's error once ctx is done.
 func (d DFlash) WriteContext(ctx context.Context, dir string) error {
-	return writeCheckpoint(ctx, dir, d.config(), d.tensors(), d.DType, d.Seed)
-}
-
-// cancelCheckEvery is how many values writeCheckpoint draws between two
-// looks at its context: about a millisecond of drawing.
-const cancelCheckEvery = 1 << 16
-
-// writeCheckpoint draws every tensor (in a fixed order, from one seeded
-// generator) and writes the folder, unless ctx is done first.
-func writeCheckpoint(ctx context.Context, dir string, config map[string]any, specs []spec, dtype DType, seed uint64) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	tensors := make([]loader.Tensor, 0, len(specs))
-	for _, s := range specs {
-		t := loader.Tensor{Name: s.name}
-		for _, d := range s.shape {
-			t.Shape = append(t.Shape, uint64(d))
-		}
-		n := s.numel()
-		if dtype == BFloat16 && !s.f32 {
-			t.DType, t.Data = mustDType("BF16"), make([]byte, 2*n)
-			for i := range n {
-				if i%cancelCheckEvery == 0 && ctx.Err() != nil {
-					return ctx.Err()
-				}
-				binary.LittleEndian.PutUint16(t.Data[2*i:], bf16(float32(s.draw(r))))
-			}
-		} else {
-			t.DType, t.Data = mustDType("F32"), make([]byte, 4*n)
-			for i := range n {
-				if i%cancelCheckEvery == 0 && ctx.Err() != nil {
-					return ctx.Err()
-				}
-				binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(float32(s.draw(r))))
-			}
-		}
-		tensors = append(tensors, t)
-	}
-	cfg, err := json.MarshalIndent(config, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), append(cfg, '\n'), 0o644); err != nil {
-		return err
-	}
-	return loader.WriteFile(filepath.Join(dir, "model.safetensors"), tensors, map[string]string{"format": "pt", "generator": "specula synth"})
-}
-
-func mustDType(name string) loader.DType {
-	d, ok := loader.ParseDType(name)
-	if !ok {
-		panic("synth: unknown safetensors dtype " + name)
-	}
-	return d
-}
-
-// bf16 rounds a float32 to bfloat16 bits, to nearest even.
-func bf16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 { // NaN: keep it quiet
-		return uint16(b>>16) | 0x40
-	}
-	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+	return writeCheckpoint(ctx, dir, d.config(), d.tensors(), d.DType, d.Seed, d.Progress)
 }
