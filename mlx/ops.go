@@ -259,16 +259,20 @@ func (a *Array) transposedBatch() *Array {
 }
 
 // ownedLeaf prepares a view cached by the array it views: outside every
-// scope (released with its owner) and evaluated now unless it depends on an
-// input of a function being traced (then a later call makes it again). An
-// evaluated view shares its owner's buffer; failures are recorded as an
-// op's are.
+// scope (released with its owner) and evaluated now, a leaf sharing its
+// owner's buffer. A view of an input of a function being traced (a tracer)
+// cannot be evaluated; it is cached on that input, which lives only as long
+// as the trace. Failures are recorded as an op's are.
 func ownedLeaf(v *Array) *Array {
 	if !v.Valid() {
 		return v
 	}
-	var done C.bool
-	if err := status(C.spx_eval_leaf(&done, v.c)); err != nil {
+	var tracer C.bool
+	err := status(C.spx_array_is_tracer(&tracer, v.c))
+	if err == nil && !bool(tracer) {
+		err = withJITLock(func() error { return status(C.spx_eval(&v.c, 1)) })
+	}
+	if err != nil {
 		record(err)
 	}
 	v.scope, v.pins = nil, 1

@@ -179,9 +179,9 @@ int spx_array_evaluated(bool* out, spx_array a);
 int spx_array_read(void* dst, size_t nbytes, spx_array a);
 
 int spx_eval(const spx_array* arrays, size_t n);
-// spx_eval_leaf evaluates a now unless it is a tracer (it depends on an input
-// of a function being compiled); *done says whether it did.
-int spx_eval_leaf(bool* done, spx_array a);
+// spx_array_is_tracer says whether a depends on an input of a function
+// being compiled (it cannot be evaluated then).
+int spx_array_is_tracer(bool* out, spx_array a);
 int spx_async_eval(const spx_array* arrays, size_t n);
 
 /* ---- creation --------------------------------------------------------- */
