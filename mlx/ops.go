@@ -220,12 +220,13 @@ func Silu(a *Array) *Array { return Multiply(a, Sigmoid(a)) }
 func Softplus(a *Array) *Array { return LogAddExp(a, Scalar(0, dtypeOr(a, Float32))) }
 
 // Linear returns x · wᵀ for a weight stored [out, in]. The transposed view
-// of w is made once and kept with w (a view, not a copy), evaluated at once
-// so that it is a leaf: a graph, or a compiled function's trace, holds it as
-// a constant and never runs the transpose again. An x of [1, L, in] is
-// multiplied by the view as [1, in, out], which spares MLX's matmul the
-// flatten and unflatten nodes it puts around a 3-dimensional x and a
-// 2-dimensional weight (the product and its kernel are the same).
+// of w is made once and kept with w (a view, not a copy); when w holds its
+// data (a loaded weight) the view is evaluated at once, so that it is a
+// leaf: a graph, or a compiled function's trace, holds it as a constant and
+// never runs the transpose again. An x of [1, L, in] is multiplied by the
+// view as [1, in, out], which spares MLX's matmul the flatten and unflatten
+// nodes it puts around a 3-dimensional x and a 2-dimensional weight (the
+// product and its kernel are the same).
 func Linear(x, w *Array) *Array {
 	if x.Valid() && x.NDim() == 3 && x.Dim(0) == 1 {
 		return Matmul(x, w.transposedBatch())
@@ -240,7 +241,7 @@ func (a *Array) transposed() *Array {
 		return empty()
 	}
 	if a.t == nil || !a.t.Valid() {
-		a.t = ownedLeaf(SwapAxes(a, -1, -2))
+		a.t = a.ownedView(SwapAxes(a, -1, -2))
 	}
 	return a.t
 }
@@ -253,23 +254,27 @@ func (a *Array) transposedBatch() *Array {
 		return a.transposed()
 	}
 	if a.tb == nil || !a.tb.Valid() {
-		a.tb = ownedLeaf(ExpandDims(a.transposed(), 0))
+		a.tb = a.ownedView(ExpandDims(a.transposed(), 0))
 	}
 	return a.tb
 }
 
-// ownedLeaf prepares a view cached by the array it views: outside every
-// scope (released with its owner) and evaluated now, a leaf sharing its
-// owner's buffer. A view of an input of a function being traced (a tracer)
-// cannot be evaluated; it is cached on that input, which lives only as long
-// as the trace. Failures are recorded as an op's are.
-func ownedLeaf(v *Array) *Array {
+// ownedView prepares a view v of a that a caches: outside every scope
+// (released with a) and, when a holds its data and is not an input of a
+// function being traced, evaluated now — a leaf sharing a's buffer. A view
+// of a pending array (a weight computed per call, such as a dequantized
+// one) stays a lazy node: evaluating it would stall the graph being built.
+// Failures are recorded as an op's are.
+func (a *Array) ownedView(v *Array) *Array {
 	if !v.Valid() {
 		return v
 	}
-	var tracer C.bool
-	err := status(C.spx_array_is_tracer(&tracer, v.c))
-	if err == nil && !bool(tracer) {
+	var ready, tracer C.bool
+	err := status(C.spx_array_is_available(&ready, a.c))
+	if err == nil && bool(ready) {
+		err = status(C.spx_array_is_tracer(&tracer, v.c))
+	}
+	if err == nil && bool(ready) && !bool(tracer) {
 		err = withJITLock(func() error { return status(C.spx_eval(&v.c, 1)) })
 	}
 	if err != nil {

@@ -414,12 +414,13 @@ func roundSignificand(v float64, bits int) float64 {
 	return math.Ldexp(math.RoundToEven(scaled), exp-bits)
 }
 
-// Linear's weight views are made once and evaluated: a product of a batch
-// of one ([1, L, in]) or of rows ([L, in]) is one Matmul node, with no
-// transpose of the weight and no flatten or unflatten around it; a compiled
-// function that reads the weight bakes the view in as a constant, so each
-// call adds only its product; a weight given to a compiled function as an
-// input works as before. The values are a float64 product's.
+// Linear's views of an evaluated weight are made once and evaluated: a
+// product of a batch of one ([1, L, in]) or of rows ([L, in]) is one Matmul
+// node, with no transpose of the weight and no flatten or unflatten around
+// it; a compiled function that reads the weight bakes the view in as a
+// constant, so each call adds only its product. A weight still pending in
+// the graph is left so; a weight given to a compiled function as an input
+// works as before. The values are a float64 product's.
 func TestLinearIsOneNode(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		r := newRand(t)
@@ -457,6 +458,16 @@ func TestLinearIsOneNode(t *testing.T) {
 			}
 			check(t, "compiled", y, want, 1e-5, 1e-5)
 		}
+		// A weight computed in the same graph (a dequantized one, say) is
+		// not evaluated behind the caller's back: its product stays lazy.
+		pending := mlx.MultiplyScalar(wm, 2)
+		y := mlx.Linear(x.mlx(), pending)
+		ops, err := mlx.GraphOps(y)
+		t.NoErr(err)
+		if ops["Multiply"] != 1 {
+			t.Fatalf("a pending weight was evaluated while the graph was built: %v", ops)
+		}
+		check(t, "a pending weight", y, mapT(want, func(v float64) float64 { return 2 * v }), 1e-5, 1e-5)
 		input := mlx.Compile("linear_input", 1, func(in []*mlx.Array) []*mlx.Array {
 			return []*mlx.Array{mlx.Linear(in[0], in[1])}
 		})

@@ -388,6 +388,12 @@ int spx_array_is_tracer(bool* out, spx_array a) {
   SPX_CATCH
 }
 
+int spx_array_is_available(bool* out, spx_array a) {
+  SPX_TRY
+  *out = arr(a).is_available();
+  SPX_CATCH
+}
+
 int spx_async_eval(const spx_array* a, size_t n) {
   SPX_TRY
   mx::async_eval(arrays(a, n));

@@ -182,6 +182,9 @@ int spx_eval(const spx_array* arrays, size_t n);
 // spx_array_is_tracer says whether a depends on an input of a function
 // being compiled (it cannot be evaluated then).
 int spx_array_is_tracer(bool* out, spx_array a);
+// spx_array_is_available says whether a holds its data (it has been
+// evaluated, or was made from data) rather than a pending computation.
+int spx_array_is_available(bool* out, spx_array a);
 int spx_async_eval(const spx_array* arrays, size_t n);
 
 /* ---- creation --------------------------------------------------------- */
