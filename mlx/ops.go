@@ -269,11 +269,10 @@ func (a *Array) ownedView(v *Array) *Array {
 	if !v.Valid() {
 		return v
 	}
+	// v depends on a alone: it can be evaluated when a holds its data and
+	// is not a tracer.
 	var ready, tracer C.bool
-	err := status(C.spx_array_is_available(&ready, a.c))
-	if err == nil && bool(ready) {
-		err = status(C.spx_array_is_tracer(&tracer, v.c))
-	}
+	err := status(C.spx_array_state(&ready, &tracer, a.c))
 	if err == nil && bool(ready) && !bool(tracer) {
 		err = withJITLock(func() error { return status(C.spx_eval(&v.c, 1)) })
 	}

@@ -382,15 +382,11 @@ int spx_eval(const spx_array* a, size_t n) {
   SPX_CATCH
 }
 
-int spx_array_is_tracer(bool* out, spx_array a) {
+int spx_array_state(bool* available, bool* tracer, spx_array a) {
   SPX_TRY
-  *out = arr(a).is_tracer();
-  SPX_CATCH
-}
-
-int spx_array_is_available(bool* out, spx_array a) {
-  SPX_TRY
-  *out = arr(a).is_available();
+  const mx::array& x = arr(a);
+  *available = x.is_available();
+  *tracer = x.is_tracer();
   SPX_CATCH
 }
 

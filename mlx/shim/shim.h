@@ -179,12 +179,11 @@ int spx_array_evaluated(bool* out, spx_array a);
 int spx_array_read(void* dst, size_t nbytes, spx_array a);
 
 int spx_eval(const spx_array* arrays, size_t n);
-// spx_array_is_tracer says whether a depends on an input of a function
-// being compiled (it cannot be evaluated then).
-int spx_array_is_tracer(bool* out, spx_array a);
-// spx_array_is_available says whether a holds its data (it has been
-// evaluated, or was made from data) rather than a pending computation.
-int spx_array_is_available(bool* out, spx_array a);
+// spx_array_state says whether a holds its data (evaluated, or made from
+// data) rather than a pending computation, and whether it is a tracer (it
+// depends on an input of a function being compiled, so it cannot be
+// evaluated now).
+int spx_array_state(bool* available, bool* tracer, spx_array a);
 int spx_async_eval(const spx_array* arrays, size_t n);
 
 /* ---- creation --------------------------------------------------------- */
