@@ -355,3 +355,32 @@ func TestGoexitInJobDoesNotKillTheWorker(t *testing.T) {
 		t.Fatalf("replacement worker: %v, %v", got, err)
 	}
 }
+
+// The views Linear keeps with a weight (its transpose, and that as a batch
+// of one) are released with the weight, whether it is swept after Unpin or
+// freed at once: no handle outlives it.
+func TestLinearViewsGoWithTheirWeight(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		mlx.Sweep()
+		base := mlx.LiveArrays()
+		for _, free := range []bool{false, true} {
+			w := mlx.Ones(mlx.Float32, 4, 3)
+			t.NoErr(mlx.Eval(w))
+			mlx.Pin(w)
+			t.NoErr(mlx.Eval(mlx.Linear(mlx.Ones(mlx.Float32, 1, 2, 3), w), mlx.Linear(mlx.Ones(mlx.Float32, 2, 3), w)))
+			mlx.Sweep()
+			if got := mlx.LiveArrays(); got != base+3 {
+				t.Fatalf("a weight and its two views: %d live arrays, want %d", got-base, 3)
+			}
+			if free {
+				mlx.Free(w)
+			} else {
+				mlx.Unpin(w)
+				mlx.Sweep()
+			}
+			if got := mlx.LiveArrays(); got != base {
+				t.Fatalf("after releasing the weight (free %v): %d arrays still live", free, got-base)
+			}
+		}
+	})
+}

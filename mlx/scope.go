@@ -71,9 +71,13 @@ func (s *scope) sweep() {
 // freeBatch is the reused buffer of handles a sweep frees (worker-owned).
 var freeBatch []C.spx_array
 
-// collect marks a (and its owned transposed view) freed and appends the C
-// handles to batch.
+// collect marks a (and its owned views) freed and appends the C handles to
+// batch.
 func (a *Array) collect(batch []C.spx_array) []C.spx_array {
+	if a.tb != nil {
+		batch = a.tb.collect(batch)
+		a.tb = nil
+	}
 	if a.t != nil {
 		batch = a.t.collect(batch)
 		a.t = nil
