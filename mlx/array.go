@@ -389,8 +389,8 @@ func (a *Array) Bytes() ([]byte, error) {
 		p = unsafe.Pointer(&buf[0])
 	}
 	// Reading evaluates a first.
-	h := a.c
-	submit := func() error { return withJITLock(func() error { return status(C.spx_async_eval(&h, 1)) }) }
+	hs := []C.spx_array{a.c}
+	submit := func() error { return submitHandles(hs, true) }
 	read := func() error { return withJITLock(func() error { return status(C.spx_array_read(p, n, a.c)) }) }
 	if err := timedSync(submit, read); err != nil {
 		return nil, err
@@ -504,13 +504,15 @@ func eval(async bool, arrays []*Array) error {
 	if len(hs) == 0 {
 		return nil
 	}
-	submit := func() error {
-		return withJITLock(func() error { return status(C.spx_async_eval(&hs[0], C.size_t(len(hs)))) })
-	}
 	if async {
-		return timedSubmit(submit)
+		return timedSubmit(func() error { return submitHandles(hs, false) })
 	}
-	return timedSync(submit, func() error {
+	return syncHandles(hs)
+}
+
+// syncHandles evaluates hs and waits for them (timed by timedSync).
+func syncHandles(hs []C.spx_array) error {
+	return timedSync(func() error { return submitHandles(hs, true) }, func() error {
 		return withJITLock(func() error { return status(C.spx_eval(&hs[0], C.size_t(len(hs)))) })
 	})
 }

@@ -70,8 +70,8 @@ func setDevice(d Device) error {
 	if d == GPU && !gpuAvailable {
 		return fmt.Errorf("mlx: this MLX build has no GPU backend (MLX %s); use the CPU or run `MLX_BACKEND=cuda make deps`", Version())
 	}
-	var s C.spx_stream
-	if err := status(C.spx_default_stream(&s, C.int(d))); err != nil {
+	s, err := deviceStream(d)
+	if err != nil {
 		return err
 	}
 	if err := status(C.spx_set_default_device(C.int(d))); err != nil {
@@ -80,6 +80,28 @@ func setDevice(d Device) error {
 	defaultStream = s
 	device = d
 	return nil
+}
+
+// sharedStreams are the worker's streams per device when the submitter runs
+// (submit.go): streams the submitter's thread may evaluate too.
+var sharedStreams = map[Device]C.spx_stream{}
+
+// deviceStream returns the stream new ops on d go to: the worker thread's
+// default stream of d, or with the submitter a shared one, made once.
+func deviceStream(d Device) (C.spx_stream, error) {
+	var s C.spx_stream
+	if !submitThreadOn {
+		return s, status(C.spx_default_stream(&s, C.int(d)))
+	}
+	if s, ok := sharedStreams[d]; ok {
+		// Default on this thread too (a replacement worker's is new).
+		return s, status(C.spx_set_default_stream(s))
+	}
+	if err := status(C.spx_shared_stream(&s, C.int(d))); err != nil {
+		return s, err
+	}
+	sharedStreams[d] = s
+	return s, nil
 }
 
 // Synchronize waits for all work queued on the current stream.

@@ -62,9 +62,16 @@ func timedSubmit(submit func() error) error {
 
 // timedSync runs a blocking evaluation. With timing on, submit (the same
 // graph's async_eval) runs first and is timed as Submit, then wait as Wait;
-// with timing off only wait runs, as before.
+// with timing off only wait runs, as before, unless the submitter runs
+// (submit.go), which must submit everything.
 func timedSync(submit, wait func() error) error {
 	if !evalTiming.Load() {
+		if sub != nil {
+			// The submitter encodes everything (submit.go): hand over first.
+			if err := submit(); err != nil {
+				return err
+			}
+		}
 		return wait()
 	}
 	t0 := time.Now()

@@ -30,10 +30,25 @@ const jitLockWait = 2 * time.Minute
 // withJITLock runs eval under the kernel-build lock when it may build CPU
 // kernels.
 func withJITLock(eval func() error) error {
+	return lockedIf(needJITLock(), eval)
+}
+
+// needJITLock reports whether the next evaluation may build CPU kernels (the
+// first after a new trace), and counts the traces as handled (worker-owned
+// state: the submitter of submit.go is told the answer).
+func needJITLock() bool {
 	if device != CPU || pendingTraces == 0 || compileDisabled {
-		return eval()
+		return false
 	}
 	pendingTraces = 0
+	return true
+}
+
+// lockedIf runs eval, under the kernel-build lock when lock is set.
+func lockedIf(lock bool, eval func() error) error {
+	if !lock {
+		return eval()
+	}
 	unlock := lockJITFolder()
 	defer unlock()
 	return eval()

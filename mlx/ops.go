@@ -274,7 +274,7 @@ func (a *Array) ownedView(v *Array) *Array {
 	var ready, tracer C.bool
 	err := status(C.spx_array_state(&ready, &tracer, a.c))
 	if err == nil && bool(ready) && !bool(tracer) {
-		err = withJITLock(func() error { return status(C.spx_eval(&v.c, 1)) })
+		err = syncHandles([]C.spx_array{v.c})
 	}
 	if err != nil {
 		record(err)

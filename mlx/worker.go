@@ -75,6 +75,9 @@ func worker(ready chan struct{}) {
 	C.spx_set_worker_thread(true)
 	current = nil
 	initDevice()
+	if submitThreadOn && sub == nil {
+		sub = startSubmitter()
+	}
 	if ready != nil {
 		close(ready)
 	}

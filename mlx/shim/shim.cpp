@@ -206,6 +206,20 @@ int spx_new_stream(spx_stream* out, int device_type_code) {
   SPX_CATCH
 }
 
+int spx_shared_stream(spx_stream* out, int device_type_code) {
+  SPX_TRY
+  mx::Stream st = mx::new_thread_unsafe_stream(mx::Device(device_type(device_type_code)));
+  mx::set_default_stream(st);
+  put_stream(out, st);
+  SPX_CATCH
+}
+
+int spx_set_default_stream(spx_stream s) {
+  SPX_TRY
+  mx::set_default_stream(stream(s));
+  SPX_CATCH
+}
+
 int spx_set_default_device(int device_type_code) {
   SPX_TRY
   mx::set_default_device(mx::Device(device_type(device_type_code)));
@@ -388,6 +402,22 @@ int spx_array_state(bool* available, bool* tracer, spx_array a) {
   *available = x.is_available();
   *tracer = x.is_tracer();
   SPX_CATCH
+}
+
+int spx_bundle_new(spx_bundle* out, const spx_array* a, size_t n) {
+  SPX_TRY
+  out->ctx = new std::vector<mx::array>(arrays(a, n));
+  SPX_CATCH
+}
+
+int spx_bundle_async_eval(spx_bundle b) {
+  SPX_TRY
+  mx::async_eval(*static_cast<std::vector<mx::array>*>(b.ctx));
+  SPX_CATCH
+}
+
+void spx_bundle_free(spx_bundle b) {
+  delete static_cast<std::vector<mx::array>*>(b.ctx);
 }
 
 int spx_async_eval(const spx_array* a, size_t n) {

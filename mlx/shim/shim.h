@@ -144,6 +144,12 @@ int spx_gpu_available(bool* out);
 int spx_default_stream(spx_stream* out, int device_type);
 int spx_new_stream(spx_stream* out, int device_type);
 int spx_set_default_device(int device_type);
+// spx_shared_stream makes a new stream of the device that any thread may
+// evaluate (MLX's thread-unsafe streams: one encoder for the process, which
+// threads must take turns on) and makes it this thread's default.
+int spx_shared_stream(spx_stream* out, int device_type);
+// spx_set_default_stream makes s this thread's default stream of its device.
+int spx_set_default_stream(spx_stream s);
 int spx_synchronize(spx_stream s);
 
 /* ---- memory ----------------------------------------------------------- */
@@ -179,6 +185,15 @@ int spx_array_evaluated(bool* out, spx_array a);
 int spx_array_read(void* dst, size_t nbytes, spx_array a);
 
 int spx_eval(const spx_array* arrays, size_t n);
+
+// A bundle holds references to arrays so that another thread can submit
+// them (mlx/submit.go) while the worker frees its own handles.
+typedef struct {
+  void* ctx;
+} spx_bundle;
+int spx_bundle_new(spx_bundle* out, const spx_array* arrays, size_t n);
+int spx_bundle_async_eval(spx_bundle b);
+void spx_bundle_free(spx_bundle b);
 // spx_array_state says whether a holds its data (evaluated, or made from
 // data) rather than a pending computation, and whether it is a tracer (it
 // depends on an input of a function being compiled, so it cannot be
