@@ -8,6 +8,9 @@
 // goroutine locked to its thread. Do and Call run a function there from any
 // goroutine; every other function of this package must be called from inside
 // such a function and panics otherwise (the panic message names the rule).
+// With SPECULA_SUBMIT_THREAD=1 (experimental) evaluations are submitted from
+// a second thread while the worker builds on (submit.go); the rule for
+// callers is the same.
 //
 // # Errors
 //
