@@ -107,5 +107,11 @@ func deviceStream(d Device) (C.spx_stream, error) {
 // Synchronize waits for all work queued on the current stream.
 func Synchronize() error {
 	mustWorker()
+	if sub != nil {
+		// Whatever was handed to the submitter is queued first (submit.go).
+		if err := sub.drain(); err != nil {
+			return err
+		}
+	}
 	return status(C.spx_synchronize(defaultStream))
 }
