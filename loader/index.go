@@ -266,3 +266,31 @@ func WriteIndex(path string, x *Index) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
+
+// ShardRuns splits tensors of the given byte sizes, in order, into runs of
+// at most max bytes (a tensor larger than max makes a run alone), as
+// huggingface_hub and mlx-lm split a checkpoint into weights files: a run
+// ends when the next tensor would not fit. Each run is the half-open range
+// [start, end) of indices into sizes; there is none for no tensors.
+func ShardRuns(sizes []int64, max int64) [][2]int {
+	var runs [][2]int
+	var size int64
+	for i, n := range sizes {
+		if len(runs) == 0 || size+n > max {
+			runs, size = append(runs, [2]int{i, i}), 0
+		}
+		runs[len(runs)-1][1] = i + 1
+		size += n
+	}
+	return runs
+}
+
+// ShardFileName is the name of weights file i (from 0) of n:
+// model.safetensors when there is one, else model-00001-of-0000n.safetensors
+// and so on, as huggingface_hub and mlx-lm name them.
+func ShardFileName(i, n int) string {
+	if n == 1 {
+		return SingleFileName
+	}
+	return fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, n)
+}

@@ -160,3 +160,30 @@ func TestWriteIndex(t *testing.T) {
 		t.Errorf("a refused index was written (%v)", err)
 	}
 }
+
+// ShardRuns groups tensors in order, starting a run when the next tensor
+// would push it past the bound, a tensor past the bound alone; ShardFileName
+// names one file plainly and several by number.
+func TestShardRunsAndNames(t *testing.T) {
+	for _, c := range []struct {
+		sizes []int64
+		want  [][2]int
+	}{
+		{nil, nil},
+		{[]int64{3}, [][2]int{{0, 1}}},
+		{[]int64{4, 6, 1}, [][2]int{{0, 2}, {2, 3}}},
+		{[]int64{5, 5, 5}, [][2]int{{0, 2}, {2, 3}}},
+		{[]int64{2, 30, 2, 2}, [][2]int{{0, 1}, {1, 2}, {2, 4}}},
+		{[]int64{0, 0, 10, 0}, [][2]int{{0, 4}}},
+	} {
+		if got := ShardRuns(c.sizes, 10); !slices.Equal(got, c.want) {
+			t.Errorf("ShardRuns(%v, 10) = %v, want %v", c.sizes, got, c.want)
+		}
+	}
+	if got := ShardFileName(0, 1); got != "model.safetensors" {
+		t.Errorf("one file: %q", got)
+	}
+	if got := ShardFileName(1, 12); got != "model-00002-of-00012.safetensors" {
+		t.Errorf("file 2 of 12: %q", got)
+	}
+}

@@ -212,29 +212,23 @@ func countParameters(tensors map[string]*mlx.Array, quantized map[string]bool, q
 // writeMLXTensors writes the safetensors files and the index into dir.
 func writeMLXTensors(dir string, tensors map[string]*mlx.Array, nparams int64) error {
 	names := slices.Sorted(maps.Keys(tensors))
-	var shards []map[string]*mlx.Array
-	var size, total int64
-	for _, n := range names {
-		nb := tensors[n].NBytes()
-		if len(shards) == 0 || size+nb > mlxShardBytes {
-			shards = append(shards, map[string]*mlx.Array{})
-			size = 0
-		}
-		shards[len(shards)-1][n] = tensors[n]
-		size += nb
-		total += nb
+	sizes := make([]int64, len(names))
+	var total int64
+	for i, n := range names {
+		sizes[i] = tensors[n].NBytes()
+		total += sizes[i]
 	}
+	runs := ShardRuns(sizes, mlxShardBytes)
 	weightMap := map[string]string{}
-	for i, shard := range shards {
-		file := SingleFileName
-		if len(shards) > 1 {
-			file = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+	for i, run := range runs {
+		file := ShardFileName(i, len(runs))
+		shard := map[string]*mlx.Array{}
+		for _, n := range names[run[0]:run[1]] {
+			shard[n] = tensors[n]
+			weightMap[n] = file
 		}
 		if err := mlx.SaveSafetensors(filepath.Join(dir, file), shard, map[string]string{"format": "mlx"}); err != nil {
 			return fmt.Errorf("writing %s: %w", file, err)
-		}
-		for n := range shard {
-			weightMap[n] = file
 		}
 	}
 	index := map[string]any{

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -107,10 +106,7 @@ func writeCheckpoint(ctx context.Context, dir string, config map[string]any, spe
 	shards := shard(specs, dtype)
 	index := &loader.Index{WeightMap: map[string]string{}, TotalSize: uint64(total), HasTotalSize: true}
 	for i, group := range shards {
-		name := loader.SingleFileName
-		if len(shards) > 1 {
-			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
-		}
+		name := loader.ShardFileName(i, len(shards))
 		path := filepath.Join(dir, name)
 		if err := writeWeights(ctx, path, group, dtype, seed, wrote); err != nil {
 			return err
@@ -130,19 +126,20 @@ func writeCheckpoint(ctx context.Context, dir string, config map[string]any, spe
 	return os.WriteFile(filepath.Join(dir, "config.json"), append(cfg, '\n'), 0o644)
 }
 
-// shard splits specs, in order, into groups of at most shardBytes (a larger
-// tensor alone) as huggingface_hub does: a new group starts when the next
-// tensor would not fit the current one. It returns one group at least.
+// shard splits specs, in order, into groups of at most shardBytes
+// (loader.ShardRuns). It returns one group at least.
 func shard(specs []spec, dtype DType) [][]spec {
-	out := [][]spec{nil}
-	var size int64
-	for _, s := range specs {
-		n := s.bytes(dtype)
-		if last := len(out) - 1; len(out[last]) > 0 && size+n > shardBytes {
-			out, size = append(out, nil), 0
-		}
-		out[len(out)-1] = append(out[len(out)-1], s)
-		size += n
+	sizes := make([]int64, len(specs))
+	for i := range specs {
+		sizes[i] = specs[i].bytes(dtype)
+	}
+	runs := loader.ShardRuns(sizes, shardBytes)
+	if len(runs) == 0 {
+		return [][]spec{nil}
+	}
+	out := make([][]spec, len(runs))
+	for i, run := range runs {
+		out[i] = specs[run[0]:run[1]]
 	}
 	return out
 }
