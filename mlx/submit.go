@@ -113,16 +113,13 @@ func (s *submitter) prune() {
 }
 
 // drain waits until everything handed off is submitted and returns the
-// first error since the last drain.
+// first error since the last drain. The submitter takes hand-offs in order,
+// so once the last is done every one is.
 func (s *submitter) drain() error {
-	for _, j := range s.pending {
-		<-j.done
-		if j.err != nil && s.err == nil {
-			s.err = j.err
-		}
+	if n := len(s.pending); n > 0 {
+		<-s.pending[n-1].done
 	}
-	clear(s.pending)
-	s.pending = s.pending[:0]
+	s.prune()
 	err := s.err
 	s.err = nil
 	return err
