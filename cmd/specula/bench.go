@@ -171,6 +171,9 @@ func runBench(e *env, args []string) int {
 			o := benchMode{name: fmt.Sprintf("oracle depth %d", d), set: func(r *engine.Request, prompt int) {
 				r.Drafter = speculation.NewOracle(slices.Concat(prompts[prompt].ids, b.continuation[prompt]), d)
 				r.FixedDepth = d
+				// The oracle needs no draft model: --no-draft, which the base
+				// request carries, only kept the manifest's draft unloaded.
+				r.NoDraft = false
 			}}
 			if err := b.measure(&o); err != nil {
 				return fail(e, "bench", err)

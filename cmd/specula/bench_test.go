@@ -358,3 +358,50 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 		t.Errorf("without --split: exit %d, %s %s", code, stdout, stderr)
 	}
 }
+
+// bench --oracle drafts the target's own greedy continuation at each depth:
+// every draft verified is accepted and the output equals plain decoding.
+// The oracle needs no draft model, so --no-draft (which only skips loading
+// the manifest's draft) must not turn it into plain decoding.
+func TestE2EBenchOracle(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	for _, extra := range [][]string{nil, {"--no-draft"}} {
+		args := append([]string{"bench", "-m", m, "--oracle", "--depths", "1,3", "--repeats", "1", "--warmup", "0", "--max-tokens", "9", "--json", "--quiet"}, extra...)
+		stdout, stderr, code := execSpecula(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr)
+		}
+		var out struct {
+			Prompts int `json:"prompts"`
+			Oracle  []struct {
+				Mode    string    `json:"mode"`
+				Depth   int       `json:"depth"`
+				Runs    int       `json:"runs"`
+				Accept  float64   `json:"mean_acceptance_length"`
+				ByPos   []float64 `json:"acceptance_by_position"`
+				Matches struct {
+					Runs, Differing int
+				} `json:"matches_plain"`
+			} `json:"oracle"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+			t.Fatalf("%v: %v: %s", extra, err, stdout)
+		}
+		if len(out.Oracle) != 2 {
+			t.Fatalf("%v: oracle rows %+v, want depths 1 and 3", extra, out.Oracle)
+		}
+		for i, d := range []int{1, 3} {
+			o := out.Oracle[i]
+			// Eight tokens after the prefill's first: every run drafts at
+			// each of the d positions, and every draft passes.
+			ok := o.Depth == d && o.Mode == fmt.Sprintf("oracle depth %d", d) && o.Runs == out.Prompts && len(o.ByPos) == d &&
+				o.Accept > 1 && o.Matches.Runs == out.Prompts && o.Matches.Differing == 0
+			for _, p := range o.ByPos {
+				ok = ok && p == 1
+			}
+			if !ok {
+				t.Errorf("%v: oracle row %d: %+v", extra, i, o)
+			}
+		}
+	}
+}
