@@ -57,19 +57,29 @@ func (d *Dir) ApplyChat(messages []Message, addGenerationPrompt bool, extra map[
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
+	// raised is the message of the template's own raise_exception, which
+	// says what is wrong with the messages in the template author's words;
+	// gonja would bury it under its trace of the control structures.
+	var raised string
 	data := map[string]any{
 		"messages":              msgs,
 		"add_generation_prompt": addGenerationPrompt,
 		"bos_token":             "",
 		"eos_token":             "",
 		// Hugging Face adds raise_exception to every template's globals.
-		"raise_exception": func(msg string) (string, error) { return "", fmt.Errorf("template raised: %s", msg) },
+		"raise_exception": func(msg string) (string, error) {
+			raised = msg
+			return "", fmt.Errorf("template raised: %s", msg)
+		},
 	}
 	for k, v := range extra {
 		data[k] = v
 	}
 	out, err := tmpl.ExecuteToString(exec.NewContext(data))
 	if err != nil {
+		if raised != "" {
+			return "", fmt.Errorf("chat template: %s", raised)
+		}
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil

@@ -44,3 +44,18 @@ func TestApplyChatWithoutTemplate(t *testing.T) {
 		t.Fatalf("err %v, want ErrNoChatTemplate", err)
 	}
 }
+
+// A template that refuses the messages (raise_exception, as Qwen3.5's does
+// for a chat without a user turn) is reported in its own words, not under
+// the template engine's trace of the blocks it was in.
+func TestApplyChatReportsTheTemplatesOwnError(t *testing.T) {
+	d := &Dir{ChatTemplate: "{%- for m in messages %}{%- if m.role == 'system' and not loop.first %}" +
+		"{{- raise_exception('the system turn must come first') }}{%- endif %}{{- m.content }}{%- endfor %}"}
+	_, err := d.ApplyChat([]Message{{Role: "user", Content: "a"}, {Role: "system", Content: "b"}}, true, nil)
+	if err == nil || err.Error() != "chat template: the system turn must come first" {
+		t.Fatalf("err %v, want the template's own message", err)
+	}
+	if got, err := d.ApplyChat([]Message{{Role: "system", Content: "b"}, {Role: "user", Content: "a"}}, true, nil); err != nil || got != "ba" {
+		t.Fatalf("got %q, %v; want \"ba\"", got, err)
+	}
+}
