@@ -22,12 +22,6 @@ const chatHelp = `Commands:
 Write """ to start a message of several lines and """ to end it.
 Ctrl-C stops an answer; the conversation goes on (at the prompt it leaves).`
 
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
 // chatSession is an interactive chat over one engine: the history of
 // messages, each turn sent whole (the engine's prompt cache resumes where
 // the previous turn ended).

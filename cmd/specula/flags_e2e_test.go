@@ -145,3 +145,24 @@ func TestE2EServeFlagsAreValidated(t *testing.T) {
 		}
 	}
 }
+
+// run with no prompt opens the interactive chat only on a terminal.
+// Standard input from /dev/null (cron, CI, nohup, ssh without a tty) is a
+// character device but no terminal: run asks for a prompt (exit 2, before
+// loading anything) instead of printing a chat's ">>> " and exiting 0.
+func TestE2ERunWithoutPromptNeedsATerminal(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	cmd := exec.Command(specula(t), "run", "-m", m)
+	cmd.Stdin = devNull
+	cmd.Env = append(os.Environ(), "SPECULA_LOG=warn")
+	stdout, stderr, code := runCommand(t, cmd)
+	want := "specula run: a prompt (or --ids) is required; on a terminal, no prompt opens a chat\n"
+	if code != exitUsage || stdout != "" || stderr != want {
+		t.Fatalf("stdin %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", os.DevNull, code, stdout, stderr, want)
+	}
+}

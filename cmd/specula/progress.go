@@ -23,13 +23,8 @@ type progressBar struct {
 }
 
 func newProgressBar(w io.Writer) *progressBar {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
-	}
-	return &progressBar{w: w, tty: tty, doing: "loading", did: "loaded"}
+	f, ok := w.(*os.File)
+	return &progressBar{w: w, tty: ok && isTerminal(f), doing: "loading", did: "loaded"}
 }
 
 // saying makes the bar say doing while a phase runs and did when it ends
