@@ -242,10 +242,17 @@ func benchPromptSet(file string, eng *engine.Engine) ([]benchPrompt, error) {
 		return nil, err
 	}
 	defer f.Close()
+	vocab := eng.Target().Info().VocabSize
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
+		if line == 1 {
+			// A byte-order mark (Windows editors write one) is not part
+			// of the first prompt: left in, it turned a line of ids into
+			// text.
+			text = strings.TrimSpace(strings.TrimPrefix(text, "\ufeff"))
+		}
 		if text == "" {
 			continue
 		}
@@ -258,6 +265,13 @@ func benchPromptSet(file string, eng *engine.Engine) ([]benchPrompt, error) {
 		}
 		if len(ids) == 0 {
 			return nil, fmt.Errorf("%s:%d: empty prompt", file, line)
+		}
+		// Checked here, where the line is known: the engine would refuse
+		// the id later without saying which line of the file holds it.
+		for _, id := range ids {
+			if id < 0 || int(id) >= vocab {
+				return nil, fmt.Errorf("%s:%d: token %d is outside the target's vocabulary [0, %d)", file, line, id, vocab)
+			}
 		}
 		out = append(out, benchPrompt{label: text, ids: ids})
 	}

@@ -405,3 +405,34 @@ func TestE2EBenchOracle(t *testing.T) {
 		}
 	}
 }
+
+// A prompts file as editors write it: a byte-order mark before the first
+// line (Windows Notepad) and CRLF line ends. The mark is not part of the
+// first prompt: its line of token ids is ids, not text (the fixture target
+// has no tokenizer, so text would be refused). A token id outside the
+// target's vocabulary is reported with the file and line that hold it.
+func TestE2EBenchPromptsFileAsEditorsWriteIt(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	dir := t.TempDir()
+	good := filepath.Join(dir, "bom.txt")
+	if err := os.WriteFile(good, []byte("\ufeff[1, 2, 3]\r\n\r\n[4, 5]\r\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--prompts", good, "--repeats", "1", "--warmup", "0", "--max-tokens", "2", "--json", "--quiet")
+	var out struct {
+		Prompts int `json:"prompts"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &out) != nil || out.Prompts != 2 {
+		t.Fatalf("exit %d, %d prompts, stderr %q; want exit 0 and 2 prompts", code, out.Prompts, stderr)
+	}
+	// The fixture's vocabulary is 512 (its config.json).
+	bad := filepath.Join(dir, "oov.txt")
+	if err := os.WriteFile(bad, []byte("[1, 2]\n[3, 512]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = execSpecula(t, "bench", "-m", m, "--prompts", bad, "--repeats", "1", "--warmup", "0", "--max-tokens", "2", "--quiet")
+	want := "specula bench: " + bad + ":2: token 512 is outside the target's vocabulary [0, 512)\n"
+	if code != exitFailure || stderr != want {
+		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+	}
+}
