@@ -86,6 +86,10 @@ func runBench(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "specula bench: --depths: %v\n", err)
 		return exitUsage
 	}
+	if depthsSet && !*sweep && !*oracle {
+		fmt.Fprintln(e.stderr, "specula bench: --depths sets the depths of --sweep and --oracle: add one of them")
+		return exitUsage
+	}
 	if *oracle && g.temperature.set && g.temperature.v != 0 {
 		fmt.Fprintln(e.stderr, "specula bench: --oracle replays the greedy continuation; it needs --temperature 0")
 		return exitUsage
@@ -826,7 +830,8 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// parseDepths reads "1-15" or "1,2,4,8".
+// parseDepths reads "1-15" or "1,2,4,8", each depth once (a repeated one
+// would run, and be reported, twice).
 func parseDepths(s string) ([]int, error) {
 	var out []int
 	for _, part := range strings.Split(s, ",") {
@@ -846,6 +851,9 @@ func parseDepths(s string) ([]int, error) {
 			return nil, fmt.Errorf("depths must lie in 1..64, ascending: %q", part)
 		}
 		for d := a; d <= b; d++ {
+			if slices.Contains(out, d) {
+				return nil, fmt.Errorf("depth %d is listed twice", d)
+			}
 			out = append(out, d)
 		}
 	}

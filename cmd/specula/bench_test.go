@@ -436,3 +436,46 @@ func TestE2EBenchPromptsFileAsEditorsWriteIt(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
 	}
 }
+
+// --depths lists depths once each; a repeated depth (a typo such as
+// 1-4,4 or 2,2) is refused instead of running and reporting that depth
+// twice. The order given is kept.
+func TestParseDepths(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []int
+		err  string
+	}{
+		{in: "1-3", want: []int{1, 2, 3}},
+		{in: "1,2,4", want: []int{1, 2, 4}},
+		{in: "4,1", want: []int{4, 1}},
+		{in: "7", want: []int{7}},
+		{in: "0", err: "depths must lie in 1..64"},
+		{in: "7-1", err: "ascending"},
+		{in: "1-65", err: "depths must lie in 1..64"},
+		{in: "x", err: "not a depth"},
+		{in: "1,1", err: "depth 1 is listed twice"},
+		{in: "1-4,3", err: "depth 3 is listed twice"},
+	} {
+		got, err := parseDepths(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %v, %v; want an error saying %q", c.in, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%q: %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+}
+
+// --depths sets the depths of --sweep and --oracle; alone it would be
+// ignored without a word, so it is a usage error (before loading).
+func TestE2EBenchDepthsNeedSweepOrOracle(t *testing.T) {
+	stdout, stderr, code := execSpecula(t, "bench", "-m", filepath.Join(t.TempDir(), "never-read.toml"), "--depths", "1-3")
+	want := "specula bench: --depths sets the depths of --sweep and --oracle: add one of them\n"
+	if code != exitUsage || stdout != "" || stderr != want {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, stdout, stderr, want)
+	}
+}
