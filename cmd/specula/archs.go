@@ -32,10 +32,8 @@ func runArchs(e *env, args []string) int {
 	if !ok {
 		return code
 	}
-	if len(rest) > 0 {
-		fmt.Fprintf(e.stderr, "specula archs: unexpected argument %q\n", rest[0])
-		fs.Usage()
-		return exitUsage
+	if code, ok := noArguments(e, fs, rest); !ok {
+		return code
 	}
 	entries := registry.Default.Entries()
 	if *asJSON {

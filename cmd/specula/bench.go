@@ -50,7 +50,11 @@ func runBench(e *env, args []string) int {
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the measured runs to `file` (host-side time)")
 	split := fs.Bool("split", false, "also split each step and round into host graph building, MLX submission and waiting for the device (costs one more MLX call per blocking evaluation)")
-	if _, code, ok := parseFlags(e, fs, args); !ok {
+	rest, code, ok := parseFlags(e, fs, args)
+	if !ok {
+		return code
+	}
+	if code, ok := noArguments(e, fs, rest); !ok {
 		return code
 	}
 	depthsSet := false
@@ -68,6 +72,7 @@ func runBench(e *env, args []string) int {
 	}
 	if g.manifest == "" {
 		fmt.Fprintln(e.stderr, "specula bench: -m MANIFEST is required")
+		fs.Usage()
 		return exitUsage
 	}
 	if !g.maxTokens.set {

@@ -71,7 +71,11 @@ func runDemo(e *env, args []string) int {
 	maxTokens := fs.Int("max-tokens", 0, "tokens to generate per run (default 128, or 64 with --random)")
 	repeats := fs.Int("repeats", 3, "measured runs of each mode (go-tiny); the modes take turns and the medians are shown")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
-	if _, code, ok := parseFlags(e, fs, args); !ok {
+	rest, code, ok := parseFlags(e, fs, args)
+	if !ok {
+		return code
+	}
+	if code, ok := noArguments(e, fs, rest); !ok {
 		return code
 	}
 	if *maxTokens < 0 || *repeats < 1 {

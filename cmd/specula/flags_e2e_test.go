@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -165,4 +166,30 @@ func TestE2ERunWithoutPromptNeedsATerminal(t *testing.T) {
 	if code != exitUsage || stdout != "" || stderr != want {
 		t.Fatalf("stdin %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", os.DevNull, code, stdout, stderr, want)
 	}
+}
+
+// Commands that take no positional argument refuse one instead of ignoring
+// it (`bench -m m.toml --depths 1 3`, `demo --random 64`), and a missing
+// required flag gets its cause and the pointer to --help, as the README
+// promises for usage errors. Nothing is loaded or written first.
+func TestE2EUnexpectedAndMissingArguments(t *testing.T) {
+	dir := t.TempDir()
+	m := filepath.Join(dir, "never-read.toml")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "-m", m, "--oracle", "--depths", "1", "3"}, "specula bench: unexpected argument \"3\"\nsee 'specula bench --help'\n"},
+		{[]string{"demo", "--random", "--dir", filepath.Join(dir, "demo"), "64"}, "specula demo: unexpected argument \"64\"\nsee 'specula demo --help'\n"},
+		{[]string{"synth", "--shape", "go-tiny", "--out", filepath.Join(dir, "pair"), "--layers", "2", "4"}, "specula synth: unexpected argument \"4\"\nsee 'specula synth --help'\n"},
+		{[]string{"plugins", "extra"}, "specula plugins: unexpected argument \"extra\"\nsee 'specula plugins --help'\n"},
+		{[]string{"bench", "--repeats", "1"}, "specula bench: -m MANIFEST is required\nsee 'specula bench --help'\n"},
+		{[]string{"synth", "--shape", "go-tiny"}, "specula synth: --out is required\nsee 'specula synth --help'\n"},
+	} {
+		stdout, stderr, code := execSpecula(t, c.args...)
+		if code != exitUsage || stdout != "" || stderr != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	nothingLeftIn(t, dir)
 }

@@ -219,6 +219,19 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) (positional []string, c
 	}
 }
 
+// noArguments reports, for a command that takes no positional argument, the
+// first one given (`bench -m m.toml --depths 1 3` would otherwise drop the 3
+// without a word) as a usage error: its cause, then the pointer to --help.
+// It returns ok=false with the exit code when there is one.
+func noArguments(e *env, fs *flag.FlagSet, rest []string) (code int, ok bool) {
+	if len(rest) == 0 {
+		return 0, true
+	}
+	fmt.Fprintf(e.stderr, "specula %s: unexpected argument %q\n", fs.Name(), rest[0])
+	fs.Usage()
+	return exitUsage, false
+}
+
 // fail prints a one-line cause and returns the failure exit code. A command
 // that fails because it was interrupted says so (runMain then exits with the
 // signal's code).

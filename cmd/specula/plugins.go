@@ -43,9 +43,8 @@ func runPlugins(e *env, args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(e.stderr, "specula plugins: unexpected argument %q\n", pos[0])
-		return exitUsage
+	if code, ok := noArguments(e, fs, pos); !ok {
+		return code
 	}
 	if *dir != "" {
 		dirs = append(dirs, *dir)

@@ -24,7 +24,11 @@ func runSynth(e *env, args []string) int {
 	draft := fs.String("draft", "", "also write a random draft: dflash or dflash2")
 	seed := fs.Uint64("seed", 1, "random seed")
 	withTokenizer := fs.Bool("tokenizer", false, "also write a small byte-level BPE tokenizer (needs --vocab of at least 259)")
-	if _, code, ok := parseFlags(e, fs, args); !ok {
+	rest, code, ok := parseFlags(e, fs, args)
+	if !ok {
+		return code
+	}
+	if code, ok := noArguments(e, fs, rest); !ok {
 		return code
 	}
 	// Every flag is checked before anything is written, and everything is
@@ -35,7 +39,10 @@ func runSynth(e *env, args []string) int {
 		return exitUsage
 	}
 	if *out == "" {
-		return usage("--out is required")
+		// A missing flag, unlike a bad value, also points to --help.
+		usage("--out is required")
+		fs.Usage()
+		return exitUsage
 	}
 	if *layers < 0 {
 		return usage("--layers %d: want >= 1, or 0 for the release's", *layers)
