@@ -114,6 +114,11 @@ func WriteMLX(dst string, src *Checkpoint, m *MLXModel, opts MLXOptions) error {
 			os.RemoveAll(tmp)
 		}
 	}()
+	// MkdirTemp makes the folder private (0700); renamed to dst it gets
+	// the mode mlx_lm.convert's folder has (os.MkdirAll(dst, 0o755)).
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
 	if err := writeMLXTensors(tmp, tensors, nparams); err != nil {
 		return err
 	}

@@ -214,7 +214,15 @@ func saveAtomically(path string, arrays map[string]*mlx.Array, meta map[string]s
 		return err
 	}
 	name := tmp.Name()
+	// CreateTemp makes the file private (0600); MLX rewrites it in place,
+	// keeping the mode, and renamed to path it gets the mode
+	// os.WriteFile(path, b, 0o644) would give.
+	err = tmp.Chmod(0o644)
 	tmp.Close()
+	if err != nil {
+		os.Remove(name)
+		return err
+	}
 	defer removeOnForcedExit(name)()
 	// MLX writes the file itself (and would add a .safetensors suffix if
 	// the name lacked one: the temporary name has it).

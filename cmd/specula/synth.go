@@ -120,6 +120,13 @@ func runSynth(e *env, args []string) int {
 		return fail(e, "synth", err)
 	}
 	defer removeOnForcedExit(tmp)()
+	// MkdirTemp makes the folder private (0700); renamed to --out it gets
+	// the mode os.MkdirAll(out, 0o755) would give, so that the other users
+	// of a shared machine can read the pair.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return fail(e, "synth", err)
+	}
 	if err := writeSynth(e, tmp, *shape, q, tok, d, *draft, caps); err != nil {
 		os.RemoveAll(tmp)
 		return fail(e, "synth", err)
