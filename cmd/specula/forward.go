@@ -65,6 +65,14 @@ func runForward(e *env, args []string) int {
 	if err != nil {
 		return usage("--dtype: " + err.Error())
 	}
+	// Where the output cannot go is said now, in the user's names: found
+	// at the end, it cost the whole forward and named a temporary file.
+	if fi, err := os.Stat(*out); err == nil && fi.IsDir() {
+		return usage(fmt.Sprintf("--out %s is a folder: name the .safetensors file to write", *out))
+	}
+	if parent := filepath.Dir(*out); !isDir(parent) {
+		return usage(fmt.Sprintf("--out %s: folder %s does not exist", *out, parent))
+	}
 
 	req := forwardRequest{dir: *dir, ids: ids, layers: layers, dtype: dtype, out: *out}
 	var summary string
@@ -235,6 +243,12 @@ func saveAtomically(path string, arrays map[string]*mlx.Array, meta map[string]s
 		return err
 	}
 	return nil
+}
+
+// isDir reports whether path is a folder.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // parseInts reads a comma-separated list of non-negative integers.

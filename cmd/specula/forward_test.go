@@ -160,6 +160,11 @@ func TestForwardErrors(t *testing.T) {
 		{[]string{"--model", dir, "--ids", "1", "--layers", "4", "--out", out}, exitFailure, "layer tap 4 is out of range"},
 		{[]string{"--model", tmp, "--ids", "1", "--out", out}, exitFailure, "specula forward: "},
 		{[]string{"--model", dir, "--ids", "1", "--out", out, "extra"}, exitUsage, `unexpected argument "extra"`},
+		// Where the output cannot go is said before the forward runs, in
+		// the names the user gave (not a temporary file's).
+		{[]string{"--model", dir, "--ids", "1", "--out", tmp}, exitUsage, "specula forward: --out " + tmp + " is a folder: name the .safetensors file to write\n"},
+		{[]string{"--model", dir, "--ids", "1", "--out", filepath.Join(tmp, "no", "x.safetensors")}, exitUsage,
+			"specula forward: --out " + filepath.Join(tmp, "no", "x.safetensors") + ": folder " + filepath.Join(tmp, "no") + " does not exist\n"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCmd(append([]string{"forward"}, c.args...)...)
