@@ -290,3 +290,31 @@ func TestE2EPluginsListing(t *testing.T) {
 		t.Fatalf("plugins --bogus: exit %d, %q", code, stderr)
 	}
 }
+
+// run --json always has the "text" the docs list, also when the generated
+// text is empty: here a stop string that is the first token's own text
+// (encoding/json's omitempty had dropped the field, so a script reading
+// .text found nothing).
+func TestE2ERunJSONAlwaysHasText(t *testing.T) {
+	m, err := filepath.Abs(filepath.Join("..", "..", "manifests", "go-tiny.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runText := func(args ...string) map[string]any {
+		t.Helper()
+		stdout, stderr, code := execSpecula(t, append([]string{"run", "-m", m, "func main() {", "--json", "--quiet"}, args...)...)
+		var out map[string]any
+		if code != 0 || json.Unmarshal([]byte(stdout), &out) != nil {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		return out
+	}
+	first, _ := runText("--max-tokens", "1")["text"].(string)
+	if strings.TrimSpace(first) == "" {
+		t.Fatalf("the first token's text is %q; this test needs a visible one", first)
+	}
+	out := runText("--max-tokens", "8", "--stop", first)
+	if text, ok := out["text"]; !ok || text != "" || out["done_reason"] != "stop" {
+		t.Fatalf("--stop %q: text %v (present %v), done_reason %v; want \"text\": \"\" and stop", first, text, ok, out["done_reason"])
+	}
+}

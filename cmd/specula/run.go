@@ -374,7 +374,7 @@ func closePlugins() {
 // runOutput is the --json result of specula run.
 type runOutput struct {
 	IDs        []int32   `json:"ids"`
-	Text       string    `json:"text,omitempty"`
+	Text       string    `json:"text"`
 	DoneReason string    `json:"done_reason"`
 	Stats      statsJSON `json:"stats"`
 	Timings    timings   `json:"timings"`
