@@ -160,6 +160,11 @@ func checkFloat[F float32 | float64](field string, x F, ok bool, want string) er
 
 // checkInt refuses n outside [lo, maxCount].
 func checkInt(field string, n, lo int64, want string) error {
+	if n > maxCount {
+		// The lower bound's words ("want >= 1") would not say what is
+		// wrong with a value that large.
+		want = "at most " + strconv.Itoa(maxCount)
+	}
 	if n < lo || n > maxCount {
 		return &FieldError{Field: field, Value: strconv.FormatInt(n, 10), reason: "is out of range: want " + want}
 	}

@@ -29,7 +29,11 @@ func TestChecks(t *testing.T) {
 		{"top-k 0 is off", sample.CheckTopK(0), ""},
 		{"top-k 1", sample.CheckTopK(1), ""},
 		{"negative top-k", sample.CheckTopK(-1), "top_k = -1 is out of range: want >= 0 (0 disables top-k)"},
-		{"huge top-k", sample.CheckTopK(int64(1) << 40), "top_k = 1099511627776 is out of range"},
+		// Past the int32 bound the message names that bound: "want >= 0"
+		// alone contradicted the value.
+		{"huge top-k", sample.CheckTopK(int64(1) << 40), "top_k = 1099511627776 is out of range: want at most 2147483647"},
+		{"max_tokens past int32", sample.CheckMaxTokens(int64(1) << 31), "max_tokens = 2147483648 is out of range: want at most 2147483647"},
+		{"repeat_last_n past int32", sample.CheckRepeatLastN(int64(1) << 31), "repeat_last_n = 2147483648 is out of range: want at most 2147483647"},
 		{"top-p 1 is off", sample.CheckTopP(1.0), ""},
 		{"tiny top-p", sample.CheckTopP(1e-9), ""},
 		{"top-p 0 keeps nothing", sample.CheckTopP(0.0), "top_p = 0 is out of range: want 0 < top_p <= 1 (1 disables top-p)"},
