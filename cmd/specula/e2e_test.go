@@ -185,6 +185,9 @@ func TestE2ERunErrors(t *testing.T) {
 		{"bad ids", []string{"run", "-m", "x.toml", "--ids", "1,-2"}, 2, "not a token id"},
 		{"unknown flag", []string{"run", "--bogus"}, 2, "bogus"},
 		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
+		// Help on a command that does not exist is that same mistake, not
+		// the program's usage with exit 0.
+		{"help on an unknown command", []string{"help", "frobnicate"}, 2, "specula: unknown command \"frobnicate\"\nsee 'specula --help'\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := execSpecula(t, tc.args...)

@@ -118,9 +118,11 @@ func dispatch(e *env, args []string) int {
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
-				return c.run(e, []string{"--help"})
+			c, ok := commands[args[1]]
+			if !ok {
+				return unknownCommand(e, args[1])
 			}
+			return c.run(e, []string{"--help"})
 		}
 		usage(e.stdout)
 		return exitOK
@@ -136,10 +138,15 @@ func dispatch(e *env, args []string) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "specula: unknown command %q\nsee 'specula --help'\n", args[0])
-		return exitUsage
+		return unknownCommand(e, args[0])
 	}
 	return c.run(e, args[1:])
+}
+
+// unknownCommand reports a command name the program does not have.
+func unknownCommand(e *env, name string) int {
+	fmt.Fprintf(e.stderr, "specula: unknown command %q\nsee 'specula --help'\n", name)
+	return exitUsage
 }
 
 // version is the program version; release builds set it with -ldflags -X.
