@@ -39,6 +39,11 @@ type chatSession struct {
 // loop reads messages from in until /bye or end of input. newTurnContext
 // returns the context of one answer (cancelled by Ctrl-C in the program).
 func (c *chatSession) loop(in io.Reader, newTurnContext func() (context.Context, context.CancelFunc)) error {
+	// Every turn goes through the template: without one, say so before
+	// asking for a first message that could only fail.
+	if tok := c.eng.Tokenizer(); tok == nil || tok.ChatTemplate == "" {
+		return fmt.Errorf("%w; the interactive chat needs one: give a prompt to continue text instead", tokenizer.ErrNoChatTemplate)
+	}
 	r := bufio.NewReader(in)
 	fmt.Fprintln(c.stderr, `Chat with the model. /? for help, /bye to leave.`)
 	for {

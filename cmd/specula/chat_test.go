@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -58,5 +60,23 @@ func TestChatLoop(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "Cleared the conversation.") {
 		t.Fatalf("stderr %q", stderr.String())
+	}
+}
+
+// A checkpoint without a chat template cannot chat: the chat says so
+// before its banner and first prompt, instead of taking a message and then
+// ending on it. (go-tiny has a tokenizer and no template.)
+func TestChatWithoutTemplateFailsFirst(t *testing.T) {
+	ctx := context.Background()
+	eng, err := engine.Load(ctx, filepath.Join("..", "..", "manifests", "go-tiny.toml"), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Free(ctx)
+	var stdout, stderr bytes.Buffer
+	c := &chatSession{eng: eng, base: engine.Request{MaxTokens: 4}, stdout: &stdout, stderr: &stderr}
+	err = c.loop(strings.NewReader("hello\n"), func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) })
+	if !errors.Is(err, tokenizer.ErrNoChatTemplate) || !strings.Contains(err.Error(), "give a prompt") || stdout.Len() != 0 || stderr.Len() != 0 {
+		t.Fatalf("error %v, stdout %q, stderr %q; want ErrNoChatTemplate with its hint, before any output", err, stdout.String(), stderr.String())
 	}
 }
