@@ -135,6 +135,12 @@ func runBench(e *env, args []string) int {
 	}
 	b := &bencher{ctx: ctx, eng: eng, base: base, prompts: prompts, repeats: *repeats, warmup: *warmup, log: e.stderr, quiet: *quiet || bar == nil || !bar.tty}
 	if *oracle {
+		// A sampling temperature given as a flag was refused above; one
+		// from the manifest is overridden for every mode, which changes
+		// the plain and speculative rows too: worth a line.
+		if !eng.Greedy(b.base) {
+			fmt.Fprintln(e.stderr, "specula bench: warning: --oracle replays greedy continuations, so every mode runs greedily: the manifest's temperature is not used")
+		}
 		zero := float32(0)
 		b.base.Temperature = &zero
 	}

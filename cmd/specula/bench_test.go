@@ -479,3 +479,25 @@ func TestE2EBenchDepthsNeedSweepOrOracle(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, stdout, stderr, want)
 	}
 }
+
+// --oracle replays greedy continuations, so bench runs every mode greedily;
+// over a manifest that samples, that changes the plain and speculative rows
+// too, and bench says so in one warning line instead of quietly.
+func TestE2EBenchOracleSaysItRunsGreedily(t *testing.T) {
+	m := rewrite(t, fixtureManifest(t, "dflash-tiny"), "temperature = 0.0", "temperature = 0.5")
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--oracle", "--depths", "1", "--repeats", "1", "--warmup", "0", "--max-tokens", "3", "--json", "--quiet")
+	want := "specula bench: warning: --oracle replays greedy continuations, so every mode runs greedily: the manifest's temperature is not used\n"
+	var out struct {
+		Speculative struct {
+			Matches *struct{ Runs, Differing int } `json:"matches_plain"`
+		} `json:"speculative"`
+	}
+	if code != 0 || stderr != want || json.Unmarshal([]byte(stdout), &out) != nil || out.Speculative.Matches == nil || out.Speculative.Matches.Differing != 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %s; want exit 0, greedy rows checked equal, and %q", code, stderr, stdout, want)
+	}
+	// Greedy by the manifest or by --temperature 0: nothing to say.
+	_, stderr, code = execSpecula(t, "bench", "-m", m, "--oracle", "--temperature", "0", "--depths", "1", "--repeats", "1", "--warmup", "0", "--max-tokens", "3", "--json", "--quiet")
+	if code != 0 || stderr != "" {
+		t.Fatalf("--temperature 0: exit %d, stderr %q; want exit 0 and nothing on stderr", code, stderr)
+	}
+}
