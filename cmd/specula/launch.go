@@ -30,7 +30,7 @@ func init() {
 // exits with 1.
 func runLaunch(e *env, args []string) int {
 	fs := newFlags(e, "launch", "(-n N | --hostfile FILE --node I) [--backend ring|nccl] [--] <command> [flags] [arguments]")
-	n := fs.Int("n", 0, "number of ranks (processes) to start on this host, at least 1; with --hostfile, the whole group's (optional: the file says)")
+	n := fs.Int("n", 0, "number of ranks (processes) to start on this host, at least 1 (2 with the ring backend); with --hostfile, the whole group's (optional: the file says)")
 	backend := fs.String("backend", "", "distributed backend: ring (TCP between CPU processes) or nccl (one GPU per rank); default the hostfile's \"backend\", else nccl with a GPU build of MLX, else ring")
 	hostfile := fs.String("hostfile", "", "spread the group over several hosts, listed in a JSON `FILE` like {\"hosts\": [{\"ips\": [\"10.0.0.1\"], \"slots\": 2}, …], \"port\": 32323}; run the same launch on every host, each with its --node (docs/getting-started.md)")
 	node := fs.Int("node", -1, "with --hostfile: which host of the file this is, from 0; node 0 shows rank 0's output")
@@ -107,6 +107,16 @@ func runLaunch(e *env, args []string) int {
 	}
 	if err := distributed.CheckBackend(*backend); err != nil {
 		fmt.Fprintf(e.stderr, "specula launch: --backend: %v\n", err)
+		return exitUsage
+	}
+	size := *n
+	if cluster != nil {
+		size = cluster.Ranks()
+	}
+	if *backend == "ring" && size == 1 {
+		// MLX's ring connects each rank to its neighbours; a lone rank
+		// failed to start with "[ring] Couldn't connect (error: 111)".
+		fmt.Fprintln(e.stderr, "specula launch: -n 1: the ring backend needs at least 2 ranks (each connects to its neighbours); run the command without launch for one process")
 		return exitUsage
 	}
 	self, err := os.Executable()

@@ -51,6 +51,9 @@ func TestE2ELaunchUsageErrors(t *testing.T) {
 		{[]string{"launch", "-n", "2", "--", "frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"launch", "-n", "2", "--", "launch", "-n", "2", "version"}, "a rank cannot launch ranks itself"},
 		{[]string{"launch", "-n", "2", "--backend", "mpi", "--", "version"}, `unknown distributed backend "mpi" (known: ring, nccl)`},
+		// MLX's ring connects each rank to its neighbours: alone, a rank
+		// failed with "[ring] Couldn't connect (error: 111)".
+		{[]string{"launch", "-n", "1", "--backend", "ring", "--", "version"}, "-n 1: the ring backend needs at least 2 ranks"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
