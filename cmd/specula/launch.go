@@ -19,6 +19,10 @@ func init() {
 	register(&command{name: "launch", summary: "run a command as N ranks of one distributed group (tensor parallelism)", run: runLaunch})
 }
 
+// writingCommands write a file or folder and use no distributed group: as
+// ranks, each would write the same output, one rename losing to another's.
+var writingCommands = []string{"synth", "quantize", "forward"}
+
 // runLaunch starts N ranks of this program running one subcommand, with the
 // environment of the chosen backend (package distributed), prints rank 0's
 // output, forwards SIGINT and SIGTERM to every rank, and ends every rank when
@@ -89,6 +93,10 @@ func runLaunch(e *env, args []string) int {
 	}
 	if rest[0] == "launch" {
 		fmt.Fprintln(e.stderr, "specula launch: a rank cannot launch ranks itself: give the command to run (run, bench, …)")
+		return exitUsage
+	}
+	if slices.Contains(writingCommands, rest[0]) {
+		fmt.Fprintf(e.stderr, "specula launch: %s writes its output once; as %d ranks each would write it: run it without launch\n", rest[0], *n)
 		return exitUsage
 	}
 	if _, ok := commands[rest[0]]; !ok && !slices.Contains(builtinCommands, rest[0]) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,7 @@ func TestE2ELaunchReportsAFailedRank(t *testing.T) {
 }
 
 func TestE2ELaunchUsageErrors(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "never-written")
 	cases := []struct {
 		args []string
 		want string
@@ -54,6 +56,12 @@ func TestE2ELaunchUsageErrors(t *testing.T) {
 		// MLX's ring connects each rank to its neighbours: alone, a rank
 		// failed with "[ring] Couldn't connect (error: 111)".
 		{[]string{"launch", "-n", "1", "--backend", "ring", "--", "version"}, "-n 1: the ring backend needs at least 2 ranks"},
+		// Commands that write a file or folder would have every rank write
+		// the same one: one rank's rename lost ("remove out: directory
+		// not empty") and the launch failed over a folder the other wrote.
+		{[]string{"launch", "-n", "2", "--", "synth", "--shape", "go-tiny", "--out", out}, "specula launch: synth writes its output once; as 2 ranks each would write it: run it without launch"},
+		{[]string{"launch", "-n", "2", "--", "quantize", "src", out}, "specula launch: quantize writes its output once"},
+		{[]string{"launch", "-n", "2", "--", "forward", "--out", out}, "specula launch: forward writes its output once"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -62,6 +70,9 @@ func TestE2ELaunchUsageErrors(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, c.want)
 			}
 		})
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused launch wrote %s", out)
 	}
 }
 
