@@ -95,6 +95,7 @@ type rawConfig struct {
 	LinearValueHeadDim    *int            `json:"linear_value_head_dim"`
 	LinearConvKernelDim   *int            `json:"linear_conv_kernel_dim"`
 	RopeParameters        *rawRope        `json:"rope_parameters"`
+	RopeScaling           json.RawMessage `json:"rope_scaling"`
 	RopeTheta             *float64        `json:"rope_theta"`
 	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
 	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
@@ -292,16 +293,21 @@ func parseConfig(data []byte, dense bool) (*Config, error) {
 		}
 	}
 
-	// RoPE: rope_parameters first, then the legacy top-level keys.
-	rope := text.RopeParameters
+	// RoPE: rope_parameters, or rope_scaling, its pre-v5 name, which
+	// transformers still reads and which replaces rope_parameters when it is
+	// a non-empty object; then the legacy top-level keys.
+	rope, ropeKey, err := ropeObject(text.RopeParameters, text.RopeScaling)
+	if err != nil {
+		bad("rope_scaling", "%v", err)
+	}
 	if rope == nil {
 		rope = &rawRope{}
 	}
 	if rope.RopeType != nil && *rope.RopeType != "default" {
-		bad("rope_parameters.rope_type", "is %q; only \"default\" is implemented", *rope.RopeType)
+		bad(ropeKey+".rope_type", "is %q; only \"default\" is implemented", *rope.RopeType)
 	}
 	if rope.Type != nil && *rope.Type != "default" {
-		bad("rope_parameters.type", "is %q; only \"default\" is implemented", *rope.Type)
+		bad(ropeKey+".type", "is %q; only \"default\" is implemented", *rope.Type)
 	}
 	switch {
 	case rope.RopeTheta != nil:
@@ -309,11 +315,11 @@ func parseConfig(data []byte, dense bool) (*Config, error) {
 	case text.RopeTheta != nil:
 		cfg.RopeTheta = *text.RopeTheta
 	default:
-		bad("rope_parameters.rope_theta", "is missing (and there is no legacy rope_theta); released Qwen3.5 checkpoints set 10000000, and a missing value means a broken config")
+		bad(ropeKey+".rope_theta", "is missing (and there is no legacy rope_theta); released Qwen3.5 checkpoints set 10000000, and a missing value means a broken config")
 	}
 	if text.RopeTheta != nil || rope.RopeTheta != nil {
 		if cfg.RopeTheta <= 0 || math.IsInf(cfg.RopeTheta, 0) || math.IsNaN(cfg.RopeTheta) {
-			bad("rope_parameters.rope_theta", "is %g; it must be positive", cfg.RopeTheta)
+			bad(ropeKey+".rope_theta", "is %g; it must be positive", cfg.RopeTheta)
 		}
 	}
 	switch {
@@ -326,7 +332,7 @@ func parseConfig(data []byte, dense bool) (*Config, error) {
 	}
 	if cfg.HeadDim > 0 {
 		if d := cfg.RopeDim(); d <= 0 || d > cfg.HeadDim || d%2 != 0 {
-			bad("rope_parameters.partial_rotary_factor", "is %g, giving %d rotated dims of head_dim %d; it must give an even number in (0, head_dim]",
+			bad(ropeKey+".partial_rotary_factor", "is %g, giving %d rotated dims of head_dim %d; it must give an even number in (0, head_dim]",
 				cfg.PartialRotaryFactor, d, cfg.HeadDim)
 		}
 	}
@@ -335,4 +341,24 @@ func parseConfig(data []byte, dense bool) (*Config, error) {
 		return nil, fmt.Errorf("config.json: %s", strings.Join(errs, "; "))
 	}
 	return cfg, nil
+}
+
+// ropeObject picks the RoPE object as transformers does: rope_scaling when it
+// is a non-empty object (it replaces rope_parameters), else rope_parameters.
+// It returns the object (nil when neither is set) and its key, for errors.
+func ropeObject(params *rawRope, scaling json.RawMessage) (*rawRope, string, error) {
+	if len(scaling) > 0 && string(scaling) != "null" {
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(scaling, &keys); err != nil {
+			return params, "rope_parameters", fmt.Errorf("must be an object or null: %w", err)
+		}
+		if len(keys) > 0 {
+			var r rawRope
+			if err := json.Unmarshal(scaling, &r); err != nil {
+				return params, "rope_parameters", fmt.Errorf("has a field of the wrong type: %w", err)
+			}
+			return &r, "rope_scaling", nil
+		}
+	}
+	return params, "rope_parameters", nil
 }

@@ -104,6 +104,67 @@ func TestParseConfigTextConfigAndLegacyKeys(t *testing.T) {
 	}
 }
 
+// TestParseConfigRopeScaling: transformers still reads the pre-v5 name
+// rope_scaling, and when it is a non-empty object it replaces
+// rope_parameters (configuration RotaryEmbeddingConfigMixin
+// .convert_rope_params_to_dict, checked with transformers 5.17 on a saved
+// Qwen3_5Config: rope_scaling {"rope_type": "yarn", ...} beside
+// rope_parameters {"rope_type": "default", ...} loads as yarn). Its RoPE must
+// be honoured, or refused when it is not the default kind; ignoring it ran
+// plain RoPE where transformers runs YaRN.
+func TestParseConfigRopeScaling(t *testing.T) {
+	// rope_scaling alone, θ and the factor inside it, as Qwen3-VL era
+	// writers save it.
+	m := minimal()
+	delete(m, "rope_parameters")
+	m["rope_scaling"] = map[string]any{"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5,
+		"mrope_section": []int{8, 4, 4}, "mrope_interleaved": true}
+	c, err := parse(t, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RopeTheta != 5e6 || c.RopeDim() != 32 {
+		t.Errorf("rope_scaling: θ %g, rotated dims %d; want 5e+06 and 32 (64 · 0.5)", c.RopeTheta, c.RopeDim())
+	}
+
+	// rope_scaling with the legacy top-level θ beside it (Qwen3-VL's layout).
+	m = minimal()
+	delete(m, "rope_parameters")
+	m["rope_theta"] = 5e6
+	m["rope_scaling"] = map[string]any{"type": "default", "mrope_section": []int{8, 4, 4}}
+	if c, err = parse(t, m); err != nil || c.RopeTheta != 5e6 {
+		t.Errorf("rope_scaling with top-level rope_theta: %v, θ %v", err, c)
+	}
+
+	// An empty or null rope_scaling leaves rope_parameters in charge.
+	for _, empty := range []any{map[string]any{}, nil} {
+		m = minimal()
+		m["rope_scaling"] = empty
+		if c, err = parse(t, m); err != nil || c.RopeTheta != 1e7 {
+			t.Errorf("rope_scaling %v: %v, %v", empty, err, c)
+		}
+	}
+
+	// A scaled RoPE under either name is refused, naming the key it is in.
+	for _, key := range []string{"rope_type", "type"} {
+		m = minimal()
+		m["rope_scaling"] = map[string]any{key: "yarn", "factor": 4.0, "original_max_position_embeddings": 262144}
+		if _, err = parse(t, m); err == nil || !strings.Contains(err.Error(), `"rope_scaling.`+key+`" is "yarn"`) {
+			t.Errorf("rope_scaling %s yarn beside default rope_parameters: error %v, want rope_scaling.%s named", key, err, key)
+		}
+	}
+
+	// Nested under text_config too, with θ missing everywhere: the message
+	// names the object in use.
+	text := minimal()
+	delete(text, "rope_parameters")
+	text["rope_scaling"] = map[string]any{"rope_type": "default"}
+	if _, err = parse(t, map[string]any{"text_config": text}); err == nil ||
+		!strings.Contains(err.Error(), `"text_config.rope_scaling.rope_theta" is missing`) {
+		t.Errorf("error %v, want text_config.rope_scaling.rope_theta named", err)
+	}
+}
+
 func TestParseConfigRejects(t *testing.T) {
 	cases := []struct {
 		name   string
