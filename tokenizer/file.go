@@ -100,6 +100,7 @@ type component struct {
 	Invert         bool              `json:"invert"`           // Split
 	AddPrefixSpace bool              `json:"add_prefix_space"` // ByteLevel
 	UseRegex       *bool             `json:"use_regex"`        // ByteLevel; absent means true
+	Single         []json.RawMessage `json:"single"`           // TemplateProcessing
 }
 
 type patternJSON struct {
@@ -464,6 +465,13 @@ func (t *Tokenizer) parsePostProcessor(raw json.RawMessage, field string) error 
 	switch c.Type {
 	case "ByteLevel": // it only adjusts offsets
 		return nil
+	case "TemplateProcessing":
+		// transformers 5 saves every tokenizer that adds no special tokens
+		// with the template "$A": it adds nothing. Only the single template
+		// matters; one sequence is all that is ever encoded.
+		if isSequenceOnly(c.Single) {
+			return nil
+		}
 	case "Sequence":
 		for i, sub := range c.Processors {
 			if err := t.parsePostProcessor(sub, fmt.Sprintf("%s.processors[%d]", field, i)); err != nil {
@@ -473,6 +481,22 @@ func (t *Tokenizer) parsePostProcessor(raw json.RawMessage, field string) error 
 		return nil
 	}
 	return unsupported(t.name, field+".type", "post-processor %q would add tokens this package does not add; supported: ByteLevel or null", c.Type)
+}
+
+// isSequenceOnly reports whether a TemplateProcessing template is the input
+// sequence alone ([{"Sequence": {"id": "A", ...}}]), which adds no token.
+func isSequenceOnly(template []json.RawMessage) bool {
+	if len(template) != 1 {
+		return false
+	}
+	var piece map[string]struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(template[0], &piece); err != nil || len(piece) != 1 {
+		return false
+	}
+	seq, ok := piece["Sequence"]
+	return ok && seq.ID == "A"
 }
 
 func (t *Tokenizer) parseAddedTokens(list []addedTokenJSON) error {

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,21 @@ func TestParseRejects(t *testing.T) {
 		}, field: "pre_tokenizer", msg: "last step", unsupported: true},
 		{name: "wordpiece decoder", change: func(f map[string]any) { f["decoder"] = map[string]any{"type": "WordPiece"} }, field: "decoder.type", unsupported: true},
 		{name: "template post-processor", change: func(f map[string]any) { f["post_processor"] = map[string]any{"type": "TemplateProcessing"} }, field: "post_processor.type", unsupported: true},
+		{name: "template post-processor adding BOS", change: func(f map[string]any) {
+			f["post_processor"] = map[string]any{"type": "TemplateProcessing", "single": []any{
+				map[string]any{"SpecialToken": map[string]any{"id": "<|im_start|>", "type_id": 0}},
+				map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
+			}}
+		}, field: "post_processor.type", msg: "would add tokens", unsupported: true},
+		{name: "template post-processor adding EOS in a sequence", change: func(f map[string]any) {
+			f["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
+				map[string]any{"type": "ByteLevel"},
+				map[string]any{"type": "TemplateProcessing", "single": []any{
+					map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
+					map[string]any{"SpecialToken": map[string]any{"id": "<|im_end|>", "type_id": 0}},
+				}},
+			}}
+		}, field: "post_processor.processors[1].type", msg: "would add tokens", unsupported: true},
 		{name: "component without type", change: func(f map[string]any) { f["decoder"] = map[string]any{} }, field: "decoder.type", msg: "missing"},
 		{name: "added token without id", change: func(f map[string]any) {
 			delete(f["added_tokens"].([]any)[0].(map[string]any), "id")
@@ -116,6 +132,49 @@ func TestParseRejects(t *testing.T) {
 			}
 			if got := errors.Is(err, ErrUnsupported); got != tt.unsupported {
 				t.Errorf("errors.Is(err, ErrUnsupported) = %v, want %v (%v)", got, tt.unsupported, err)
+			}
+		})
+	}
+}
+
+// noOpTemplate is the post-processor transformers 5 writes whenever it saves
+// a tokenizer that adds no special tokens (checked with transformers 5.25:
+// AutoTokenizer.from_pretrained then save_pretrained of models/go-tiny, whose
+// post_processor is null, and mlx_lm.convert, which saves the tokenizer so):
+// the single sequence is $A alone, so it adds nothing.
+var noOpTemplate = map[string]any{
+	"type":   "TemplateProcessing",
+	"single": []any{map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+	"pair": []any{
+		map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
+		map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}},
+	},
+	"special_tokens": map[string]any{},
+}
+
+// TestParseNoOpTemplatePostProcessor: a TemplateProcessing whose single
+// template is only the sequence adds no token (the tokenizers library applies
+// the template as written), so such a tokenizer encodes exactly as without a
+// post-processor; refusing it made every checkpoint saved by transformers 5
+// (mlx_lm.convert's output included) fail to load.
+func TestParseNoOpTemplatePostProcessor(t *testing.T) {
+	plain, err := Parse(edit(t, func(f map[string]any) { f["post_processor"] = nil }), "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pp := range map[string]any{
+		"template":                 noOpTemplate,
+		"byte level then template": map[string]any{"type": "Sequence", "processors": []any{map[string]any{"type": "ByteLevel"}, noOpTemplate}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tok, err := Parse(edit(t, func(f map[string]any) { f["post_processor"] = pp }), "variant")
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := "<|im_start|>user\nHello  world\n\tcafé 123<|im_end|>"
+			got, want := tok.Encode(text, EncodeOptions{}), plain.Encode(text, EncodeOptions{})
+			if len(got) == 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("ids %v, want %v (as without a post-processor)", got, want)
 			}
 		})
 	}
