@@ -127,6 +127,12 @@ func Load(ctx context.Context, path string, opts Options) (*Engine, error) {
 		e.eos = append(e.eos, e.tok.EOS...)
 	} else if opts.RequireTokenizer {
 		return nil, fmt.Errorf("%s: %w", plan.Target.Dir, ErrNoTokenizer)
+	} else {
+		// Token ids need no tokenizer, but the model's EOS ids still end
+		// generation, as in transformers' generate.
+		if e.eos, err = tokenizer.GenerationEOS(plan.Target.Dir); err != nil {
+			return nil, err
+		}
 	}
 	if _, ok := distributed.Joined(); ok {
 		if err := e.shardTarget(ctx, plan); err != nil {

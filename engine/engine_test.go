@@ -434,3 +434,66 @@ func TestConfidenceFloorFromManifest(t *testing.T) {
 	}
 	t.Logf("drafts verified: %v", drafted)
 }
+
+// A target folder without tokenizer.json still ends a token-id prompt at the
+// model's EOS ids (generation_config.json's, else config.json's), as
+// transformers' generate does; before, without a tokenizer no EOS was known
+// and generation ran to the budget.
+func TestEOSWithoutTokenizer(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	eos := ref.GreedyIDs[5]
+	for name, tc := range map[string]struct {
+		files     map[string]string
+		configEOS int32 // config.json's eos_token_id
+	}{
+		// config.json's id is not generated: the generation config decides.
+		"generation_config.json": {map[string]string{"generation_config.json": fmt.Sprintf(`{"eos_token_id": [%d, 1]}`, eos)}, 1},
+		"config.json":            {map[string]string{}, eos},
+	} {
+		files := tc.files
+		t.Run(name, func(t *testing.T) {
+			src := fixtures.Dir(t, "qwen35-tiny")
+			dir := t.TempDir()
+			if err := os.Symlink(filepath.Join(src, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(cfg, &m); err != nil {
+				t.Fatal(err)
+			}
+			m["eos_token_id"] = tc.configEOS
+			files["config.json"] = mustJSON(t, m)
+			for f, content := range files {
+				if err := os.WriteFile(filepath.Join(dir, f), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			manifest := filepath.Join(dir, "m.toml")
+			toml := fmt.Sprintf("schema = 1\n[target]\npath = %q\ncapabilities = [\"model\"]\ndtype = \"float32\"\n", dir)
+			if err := os.WriteFile(manifest, []byte(toml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			e := load(t, manifest)
+			resp, err := e.Generate(context.Background(), engine.Request{IDs: ref.PromptIDs, MaxTokens: 32}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(resp.IDs, ref.GreedyIDs[:5]) || resp.DoneReason != "stop" {
+				t.Fatalf("ids %v reason %q, want %v and stop", resp.IDs, resp.DoneReason, ref.GreedyIDs[:5])
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

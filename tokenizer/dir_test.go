@@ -46,6 +46,24 @@ func TestLoadDir(t *testing.T) {
 		{"eos token object", map[string]string{
 			TokenizerConfigFile: `{"eos_token": {"__type": "AddedToken", "content": "<|endoftext|>", "special": true}}`,
 		}, []int32{509}, ""},
+		// Without generation_config.json, transformers builds the generation
+		// config from config.json (GenerationConfig.from_model_config, 5.17):
+		// the top-level eos_token_id, else text_config's; mlx-lm reads the
+		// top-level one too.
+		{"config eos without generation config", map[string]string{
+			ConfigFile: `{"eos_token_id": [509, 510], "text_config": {"eos_token_id": 511}}`,
+		}, []int32{509, 510}, ""},
+		{"text config eos without generation config", map[string]string{
+			ConfigFile: `{"eos_token_id": null, "text_config": {"eos_token_id": 511}}`,
+		}, []int32{511}, ""},
+		{"config eos plus tokenizer eos", map[string]string{
+			ConfigFile:          `{"text_config": {"eos_token_id": 509}}`,
+			TokenizerConfigFile: `{"eos_token": "<|im_end|>"}`,
+		}, []int32{509, 511}, ""},
+		{"generation config wins over config", map[string]string{
+			GenerationConfigFile: `{"eos_token_id": 510}`,
+			ConfigFile:           `{"eos_token_id": 509, "text_config": {"eos_token_id": 511}}`,
+		}, []int32{510}, ""},
 		{"named templates", map[string]string{
 			TokenizerConfigFile: `{"chat_template": [{"name": "tool_use", "template": "A"}, {"name": "default", "template": "B"}]}`,
 		}, nil, "B"},
@@ -94,6 +112,8 @@ func TestLoadDirErrors(t *testing.T) {
 			[]string{GenerationConfigFile, "eos_token_id", "-1"}},
 		{"malformed generation config", map[string]string{GenerationConfigFile: "{\n\"eos_token_id\": ,}"},
 			[]string{GenerationConfigFile, "line 2"}},
+		{"config eos id of wrong type", map[string]string{ConfigFile: `{"text_config": {"eos_token_id": "2"}}`},
+			[]string{ConfigFile, "text_config.eos_token_id"}},
 		{"templates without default", map[string]string{TokenizerConfigFile: `{"chat_template": [{"name": "x", "template": "y"}]}`},
 			[]string{TokenizerConfigFile, "chat_template", "default"}},
 	}
@@ -109,6 +129,28 @@ func TestLoadDirErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGenerationEOS: the EOS ids of a folder without tokenizer.json (a
+// token-id prompt still ends at them, as transformers' generate does).
+func TestGenerationEOS(t *testing.T) {
+	dir := t.TempDir()
+	if ids, err := GenerationEOS(dir); err != nil || ids != nil {
+		t.Errorf("empty folder: %v, %v", ids, err)
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(ConfigFile, `{"text_config": {"eos_token_id": 7}}`)
+	if ids, err := GenerationEOS(dir); err != nil || !slices.Equal(ids, []int32{7}) {
+		t.Errorf("config.json only: %v, %v; want [7]", ids, err)
+	}
+	write(GenerationConfigFile, `{"eos_token_id": [9, 8, 9]}`)
+	if ids, err := GenerationEOS(dir); err != nil || !slices.Equal(ids, []int32{8, 9}) {
+		t.Errorf("with generation_config.json: %v, %v; want [8 9]", ids, err)
 	}
 }
 
