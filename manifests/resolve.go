@@ -136,7 +136,9 @@ func (r *resolver) run() (*Plan, error) {
 	}
 
 	// 2. Checkpoint folders and config.json, reporting every missing one.
+	// The error sits on the line of the first missing folder's path.
 	var missing []string
+	var first string
 	for _, p := range parts {
 		miss, err := r.readConfig(p)
 		if err != nil {
@@ -144,10 +146,13 @@ func (r *resolver) run() (*Plan, error) {
 		}
 		if miss != "" {
 			missing = append(missing, miss)
+			if first == "" {
+				first = p.table
+			}
 		}
 	}
 	if len(missing) > 0 {
-		return nil, r.errorf(parts[0].table+".path", ErrWeightsMissing, "weights missing: %s", strings.Join(missing, "; "))
+		return nil, r.errorf(first+".path", ErrWeightsMissing, "weights missing: %s", strings.Join(missing, "; "))
 	}
 
 	// The tokenizer is optional (without it only token-id prompts work);

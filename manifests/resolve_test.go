@@ -244,8 +244,12 @@ func TestResolveErrors(t *testing.T) {
 			want: `:3: weights missing: [target] checkpoint folder /nonexistent/T not found — download the checkpoint into /nonexistent/T; [draft] checkpoint folder /nonexistent/D not found — download the checkpoint into /nonexistent/D`},
 		{name: "missing folder with a repo", target: fixed("/nonexistent/T"), targetExtra: `repo = "Qwen/Qwen3.5-4B"`, kind: manifests.ErrWeightsMissing,
 			want: `:3: weights missing: [target] checkpoint folder /nonexistent/T not found — download it: hf download Qwen/Qwen3.5-4B --local-dir /nonexistent/T`},
+		// The line is that of the first missing folder's path: the draft's
+		// (line 7) when only it is missing, not the target's.
 		{name: "config.json missing", draft: func(t *testing.T) string { return ckpt(t, "", nil) }, kind: manifests.ErrWeightsMissing,
-			want: `:3: weights missing: [draft] `},
+			want: `:7: weights missing: [draft] `},
+		{name: "draft folder missing", draft: fixed("/nonexistent/D"), kind: manifests.ErrWeightsMissing,
+			want: `:7: weights missing: [draft] checkpoint folder /nonexistent/D not found — download the checkpoint into /nonexistent/D`},
 		{name: "path is a file", target: func(t *testing.T) string { return filepath.Join(qwen, "config.json") }, kind: manifests.ErrValue,
 			want: `:3: [target] path ` + filepath.Join(qwen, "config.json") + ` is a file, not a checkpoint folder; name the folder that holds config.json and the *.safetensors files`},
 		{name: "config.json not JSON", draft: func(t *testing.T) string { return ckpt(t, `<html>`, nil) }, kind: manifests.ErrConfig,
