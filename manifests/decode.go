@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -296,6 +297,9 @@ func (d *decoder) top(root map[string]toml.Primitive) error {
 	var v any
 	if err := d.md.PrimitiveDecode(schema, &v); err != nil {
 		return d.errorf(line, ErrSyntax, "invalid TOML: %v", err)
+	}
+	if _, isFloat := v.(float64); isFloat {
+		return d.errorf(line, ErrSchema, "schema must be the integer %d, not %s (%s): this specula reads schema %d", SchemaVersion, tomlType(v), short(v), SchemaVersion)
 	}
 	if n, isInt := v.(int64); !isInt || n != SchemaVersion {
 		return d.errorf(line, ErrSchema, "schema = %s: this specula reads schema %d", short(v), SchemaVersion)
@@ -794,7 +798,11 @@ func short(v any) string {
 	case []map[string]any:
 		s = "[[...]]"
 	case float64:
-		s = fmt.Sprintf("%g", x)
+		// As written: 7.0 stays a float to the reader, not "7".
+		s = strconv.FormatFloat(x, 'g', -1, 64)
+		if !strings.ContainsAny(s, ".eIN") {
+			s += ".0"
+		}
 	default:
 		s = fmt.Sprint(x)
 	}

@@ -53,7 +53,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"missing schema", lines(`name = "t"`), manifests.ErrSchema, `: missing schema = 1 (put it on the first line of the manifest)`},
 		{"newer schema", lines(`schema = 2`, `future = true`), manifests.ErrSchema, `:1: schema = 2: this specula reads schema 1`},
 		{"schema as a string", lines(`name = "x"`, `schema = "1"`), manifests.ErrSchema, `:2: schema = "1": this specula reads schema 1`},
-		{"schema as a float", lines(`schema = 1.0`), manifests.ErrSchema, `:1: schema = 1: this specula reads schema 1`},
+		// A float is named as one, as written: "schema = 1: this specula
+		// reads schema 1" contradicted itself.
+		{"schema as a float", lines(`schema = 1.0`), manifests.ErrSchema, `:1: schema must be the integer 1, not a float (1.0): this specula reads schema 1`},
 
 		// Unknown keys and tables, with suggestions.
 		{"misspelt key", lines(`schema = 1`, ``, `[target]`, `path = "m"`, ``, ``, `capabilites = ["model"]`),
@@ -113,6 +115,8 @@ func TestDecodeErrors(t *testing.T) {
 			`:7: [target] allow_slow_dtype must be true or false, not a string ("yes")`},
 		{"max_depth as a float", withTarget(`[speculation]`, `max_depth = 1.5`), manifests.ErrType,
 			`:8: [speculation] max_depth must be an integer, not a float (1.5)`},
+		{"max_depth as an integral float", withTarget(`[speculation]`, `max_depth = 7.0`), manifests.ErrType,
+			`:8: [speculation] max_depth must be an integer, not a float (7.0)`},
 		{"enabled as an integer", withTarget(`[speculation]`, `enabled = 1`), manifests.ErrType,
 			`:8: [speculation] enabled must be true or false, not an integer (1)`},
 		{"temperature as a string", withTarget(`[sampling]`, `temperature = "hot"`), manifests.ErrType,
