@@ -37,6 +37,11 @@ type Options struct {
 	// [draft]: the draft's folder is not read, its architecture not looked
 	// up, its plugin not started (for a run that decodes plainly anyway).
 	TargetOnly bool
+	// BindTarget binds the target's tensors too, as drafts' are (names,
+	// shapes, quantization; nothing is read), so that a target folder whose
+	// config.json does not describe its tensors is refused here (specula
+	// check) rather than reported runnable. A load binds them anyway.
+	BindTarget bool
 }
 
 // maxConfigSize bounds config.json; real ones are a few kilobytes.
@@ -224,7 +229,7 @@ func (r *resolver) run() (*Plan, error) {
 			continue
 		}
 		p.comp.Weights = inspectWeights(p.ck)
-		if p.table == "draft" && p.comp.Weights.Status == WeightsPresent {
+		if (p.table == "draft" || r.opts.BindTarget) && p.comp.Weights.Status == WeightsPresent {
 			p.comp.Weights = r.bindWeights(p)
 		}
 		w := p.comp.Weights
@@ -263,9 +268,10 @@ type weightBinder interface {
 // when it is evaluated; the engine binds again when it loads). A folder
 // holding another architecture's tensors, or a config.json of another
 // checkpoint, is refused here rather than after the target has loaded.
-// Only drafts are bound: they are small, and binding a target may read
-// tensors to recognise its layout. A plugin draft's instance (a proxy) has
-// no LoadWeights: its plugin binds its tensors (AttachTarget).
+// Drafts are always bound (they are small); the target only with
+// Options.BindTarget, since a run binds it when it loads anyway. A plugin
+// draft's instance (a proxy) has no LoadWeights: its plugin binds its
+// tensors (AttachTarget).
 func (r *resolver) bindWeights(p *part) Weights {
 	w := p.comp.Weights
 	b, ok := p.comp.instance.(weightBinder)
@@ -295,7 +301,7 @@ func (r *resolver) bindWeights(p *part) Weights {
 	// One line: the summary, then how many lines of detail run would show.
 	msg, rest, multi := strings.Cut(err.Error(), "\n")
 	if multi {
-		slog.Debug("manifests: draft tensors do not fit", "manifest", r.m.Path, "error", err.Error())
+		slog.Debug("manifests: tensors do not fit", "manifest", r.m.Path, "error", err.Error())
 		msg += fmt.Sprintf(" (and %d more lines: SPECULA_LOG=debug shows them)", strings.Count(rest, "\n")+1)
 	}
 	return Weights{Status: WeightsInvalid, Err: err, Problem: fmt.Sprintf(

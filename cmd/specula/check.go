@@ -53,7 +53,7 @@ func runCheck(e *env, args []string) int {
 	if gpu {
 		rep.Device = "gpu"
 	}
-	p, err := manifests.Resolve(e.ctx, m, registry.Default, manifests.Options{GPU: gpu, LoadPlugin: loadPlugin})
+	p, err := manifests.Resolve(e.ctx, m, registry.Default, manifests.Options{GPU: gpu, LoadPlugin: loadPlugin, BindTarget: true})
 	if err != nil {
 		if errors.Is(err, manifests.ErrWeightsMissing) {
 			// Nothing was resolved, but the manifest decoded: show it.
