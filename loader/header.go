@@ -30,7 +30,7 @@ type header struct {
 // so a header that breaks both rules fails with rule 6, as the rule order
 // says. b must already be valid UTF-8 starting with '{' (rules 4 and 5).
 func parseHeader(path string, b []byte) (*header, error) {
-	w := newWalker(path, b, ErrInvalidHeaderDeserialization, ErrDuplicateKey,
+	w := newWalker(path, "header", b, ErrInvalidHeaderDeserialization, ErrDuplicateKey,
 		"the file is corrupt or was not written by a safetensors writer")
 	if off, ok := checkSurrogates(b); !ok {
 		return nil, w.fail("", fmt.Sprintf("invalid \\u escape at byte %d of the header: a UTF-16 surrogate without its pair", off), nil)

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -71,7 +72,10 @@ func ReadIndex(path string) (*Index, error) {
 // header's, so that a tensor listed twice in weight_map (with two different
 // shards) is an error rather than "the last one wins".
 func parseIndex(path string, b []byte) (*Index, error) {
-	w := newWalker(path, b, ErrInvalidIndex, ErrInvalidIndex, "fix the index or download it again")
+	w := newWalker(path, "index", b, ErrInvalidIndex, ErrInvalidIndex, "fix the index or download it again")
+	if bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
+		return nil, w.fail("", "index starts with a UTF-8 byte order mark (EF BB BF), which JSON does not allow (Python's json refuses it too): save it without one", nil)
+	}
 	if !utf8.Valid(b) {
 		return nil, w.fail("", "index is not valid UTF-8", nil)
 	}

@@ -58,7 +58,11 @@ func TestParseIndexRefuses(t *testing.T) {
 		{"weight_map not an object", `{"weight_map":[]}`, ErrInvalidIndex, "weight_map must be an object"},
 		{"total_size not a number", `{"metadata":{"total_size":"8"},"weight_map":{}}`, ErrInvalidIndex, "metadata.total_size must be a number"},
 		{"negative total_size", `{"metadata":{"total_size":-8},"weight_map":{}}`, ErrInvalidIndex, "metadata.total_size -8 is not a byte count"},
-		{"not JSON", `weight_map`, ErrInvalidIndex, "invalid JSON"},
+		// An index is not a header: the message names the document it is.
+		{"not JSON", `weight_map`, ErrInvalidIndex, "invalid JSON near byte 0 of the index"},
+		// Python's json.load refuses a byte order mark too ("Unexpected UTF-8
+		// BOM"); say what it is rather than "invalid JSON near byte 0".
+		{"byte order mark", "\ufeff" + `{"weight_map":{}}`, ErrInvalidIndex, "starts with a UTF-8 byte order mark (EF BB BF), which JSON does not allow"},
 		{"trailing text", `{"weight_map":{}} x`, ErrInvalidIndex, "unexpected bytes after the top-level object"},
 		{"not UTF-8", "{\"weight_map\":{\"\xff\":\"x\"}}", ErrInvalidIndex, "not valid UTF-8"},
 		{"absolute shard path", `{"weight_map":{"a":"/etc/x.safetensors"}}`, ErrInvalidShardPath, `"/etc/x.safetensors" (for tensor "a") is absolute`},

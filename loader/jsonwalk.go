@@ -20,14 +20,15 @@ const maxDepth = 128
 type walker struct {
 	dec     *json.Decoder
 	path    string
+	doc     string // what the document is ("header", "index"), for messages
 	kind    error  // Kind of a malformed-document error
 	dupKind error  // Kind of a duplicate-key error
 	fix     string // what would fix a malformed document, for messages
 	dup     error  // the first duplicate key found, reported after the walk
 }
 
-func newWalker(path string, b []byte, kind, dupKind error, fix string) *walker {
-	w := &walker{dec: json.NewDecoder(bytes.NewReader(b)), path: path, kind: kind, dupKind: dupKind, fix: fix}
+func newWalker(path, doc string, b []byte, kind, dupKind error, fix string) *walker {
+	w := &walker{dec: json.NewDecoder(bytes.NewReader(b)), path: path, doc: doc, kind: kind, dupKind: dupKind, fix: fix}
 	w.dec.UseNumber()
 	return w
 }
@@ -63,7 +64,7 @@ func (w *walker) token(tensor string) (json.Token, error) {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, w.fail(tensor, fmt.Sprintf("invalid JSON near byte %d of the header", w.dec.InputOffset()), err)
+		return nil, w.fail(tensor, fmt.Sprintf("invalid JSON near byte %d of the %s", w.dec.InputOffset(), w.doc), err)
 	}
 	return tok, nil
 }
