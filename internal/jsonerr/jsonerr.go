@@ -45,6 +45,10 @@ func Explain(data []byte, err error) error {
 	case errors.As(err, &syn):
 		e := &Error{Msg: "is not valid JSON: " + syn.Error(), Err: err}
 		e.Line, e.Column = position(data, syn.Offset)
+		if syn.Offset == 1 && bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+			// encoding/json names the BOM's first byte as a Latin-1 'ï'.
+			e.Msg = "is not valid JSON: the file starts with a UTF-8 byte order mark (EF BB BF), which JSON does not allow: save it without one"
+		}
 		if strings.Contains(syn.Error(), "unexpected end") {
 			e.Msg += " (the file ends early: truncated?)"
 			e.Line, e.Column = position(data, syn.Offset+1) // just past the end

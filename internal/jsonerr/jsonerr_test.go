@@ -30,6 +30,8 @@ func TestExplain(t *testing.T) {
 		{"not an object", `[1, 2]`, `line 1, column 1: the document is a list, want an object`},
 		{"syntax", "{\n  \"hidden_size\": 64,\n}", `line 3, column 1: not valid JSON: invalid character '}' looking for beginning of object key string`},
 		{"truncated", `{"architectures": ["A",`, `line 1, column 24: not valid JSON: unexpected end of JSON input (the file ends early: truncated?)`},
+		// Editors on Windows save one; Python's json refuses it as well.
+		{"byte order mark", "\ufeff{\"hidden_size\": 64}", `line 1, column 1: not valid JSON: the file starts with a UTF-8 byte order mark (EF BB BF), which JSON does not allow: save it without one`},
 		{"truncated after a newline", "{\n  \"architectures\": [\"A\",\n", `line 3, column 1: not valid JSON: unexpected end of JSON input (the file ends early: truncated?)`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
