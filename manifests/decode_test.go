@@ -234,7 +234,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"max_tokens zero", withTarget(`[sampling]`, `max_tokens = 0`), manifests.ErrValue,
 			`:8: [sampling] max_tokens = 0 is out of range: want >= 1`},
 		{"max_tokens huge", withTarget(`[sampling]`, `max_tokens = 9999999999`), manifests.ErrValue,
-			`:8: [sampling] max_tokens = 9999999999 is out of range: want >= 1`},
+			`:8: [sampling] max_tokens = 9999999999 is out of range: want at most 2147483647`},
 		{"negative stop token", withTarget(`[sampling]`, `stop = ["a", -1]`), manifests.ErrValue,
 			`:8: [sampling] stop [1] = -1 is not a token id: want 0 <= id < the vocabulary size`},
 		{"empty stop string", withTarget(`[sampling]`, `stop = [""]`), manifests.ErrValue,
