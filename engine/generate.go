@@ -147,9 +147,12 @@ type Token struct {
 
 // Response is what Generate produced.
 type Response struct {
-	// IDs are the generated token ids in order (no stop token).
+	// IDs are the generated token ids in order: no EOS or stop id, but
+	// the token that completed a stop string is kept (it was generated and
+	// is in the caches; it may hold text before the stop string too).
 	IDs []int32
-	// Text is their decoded text (empty without a tokenizer).
+	// Text is their decoded text, cut before a stop string (empty without
+	// a tokenizer).
 	Text string
 	// DoneReason is "stop" (EOS, stop id or stop string) or "length".
 	DoneReason string
