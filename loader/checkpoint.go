@@ -78,7 +78,7 @@ type Files struct {
 // ignored; without one, model.safetensors must exist (spec/safetensors.md
 // section 5). Every shard is validated as Open does; every tensor of the
 // index must be in its shard. A tensor in a shard but not in the index is
-// ignored (debug log); a total_size that disagrees with the tensors is a
+// ignored (debug log); a total_size that disagrees with the tensors, or is not a byte count, is a
 // warning. Errors are *Error values (ErrNoWeights, ErrInvalidIndex,
 // ErrInvalidShardPath, ErrMissingShards, ErrIndexTensorMissing,
 // ErrInvalidConfig, or a shard's own rule) or file system errors.
@@ -254,6 +254,9 @@ func (c *Checkpoint) openWeights() error {
 			slog.Debug("loader: shard tensors not mapped to this shard by the index are ignored",
 				"shard", f.Path(), "count", len(ignored), "names", strings.Join(ignored[:min(len(ignored), 5)], ", "))
 		}
+	}
+	if x.TotalSizeIgnored != "" {
+		slog.Warn("loader: index total_size ignored", "index", c.Index, "reason", x.TotalSizeIgnored)
 	}
 	if x.HasTotalSize && x.TotalSize != sum {
 		slog.Warn("loader: index total_size differs from the byte size of the indexed tensors",

@@ -88,6 +88,19 @@ func TestTotalSizeMismatchIsOnlyAWarning(t *testing.T) {
 	}
 }
 
+func TestTotalSizeNotAByteCountIsOnlyAWarning(t *testing.T) {
+	logs := captureLogs(t)
+	c, err := OpenCheckpoint(shardedFolder(t, strings.Replace(tinyIndex, `"total_size":72`, `"total_size":"72 bytes"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(c.Tensors()) == 0 || !strings.Contains(logs.String(), "level=WARN") ||
+		!strings.Contains(logs.String(), `total_size ignored`) || !strings.Contains(logs.String(), `not a number but the string`) {
+		t.Errorf("%d tensors; want the checkpoint open and one warning:\n%s", len(c.Tensors()), logs)
+	}
+}
+
 func TestOpenCheckpointByIndexPath(t *testing.T) {
 	dir := shardedFolder(t, `{"weight_map":{}}`) // the standard index is empty
 	custom := writeFile(t, dir, "model-fp32.safetensors.index.json", []byte(tinyIndex))

@@ -31,5 +31,5 @@
 // sentinels, so callers can use errors.Is and errors.As; messages name the
 // file, the tensor, the rule and what would fix it. The package never prints;
 // it logs through log/slog (debug for ignored shard tensors, a warning for a
-// wrong index total_size).
+// wrong or malformed index total_size).
 package loader

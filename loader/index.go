@@ -31,6 +31,12 @@ type Index struct {
 	// TotalSize is metadata.total_size, meaningful when HasTotalSize.
 	TotalSize    uint64
 	HasTotalSize bool
+	// TotalSizeIgnored says why a metadata.total_size that is not a byte
+	// count was ignored ("" when it was read or absent). The field is
+	// informational: no reader of these indexes (transformers,
+	// huggingface_hub, mlx-lm) uses it, so a checkpoint loadable there is
+	// not refused over it.
+	TotalSizeIgnored string
 }
 
 // Shards returns the distinct shard file names of the index, sorted.
@@ -180,11 +186,18 @@ func (w *walker) indexMetadata(x *Index) error {
 		}
 		num, ok := tok.(json.Number)
 		if !ok {
-			return w.fail("", fmt.Sprintf("metadata.total_size must be a number, found %s", describe(tok)), nil)
+			if d, open := tok.(json.Delim); open && (d == '{' || d == '[') {
+				if err := w.skipNested("", 1); err != nil {
+					return err
+				}
+			}
+			x.TotalSizeIgnored = fmt.Sprintf("metadata.total_size is not a number but %s", describe(tok))
+			continue
 		}
 		v, ok := totalSize(num)
 		if !ok {
-			return w.fail("", fmt.Sprintf("metadata.total_size %s is not a byte count", num), nil)
+			x.TotalSizeIgnored = fmt.Sprintf("metadata.total_size %s is not a byte count", num)
+			continue
 		}
 		x.TotalSize, x.HasTotalSize = v, true
 	}

@@ -19,6 +19,7 @@ func TestParseIndex(t *testing.T) {
 		shards    []string
 		total     uint64
 		haveTotal bool
+		ignored   string
 	}{
 		{name: "typical index",
 			doc:    `{"metadata":{"total_size":24},"weight_map":{"a":"m-00001-of-00002.safetensors","b":"m-00002-of-00002.safetensors","c":"m-00001-of-00002.safetensors"}}`,
@@ -28,6 +29,15 @@ func TestParseIndex(t *testing.T) {
 		{name: "no metadata, unknown keys skipped", doc: `{"format":{"v":[1,2]},"weight_map":{"a":"sub/x.safetensors"}}`,
 			shards: []string{"sub/x.safetensors"}},
 		{name: "other metadata keys skipped", doc: `{"metadata":{"format":"pt","nested":{"total_size":"no"}},"weight_map":{}}`},
+		// total_size is informational (transformers, huggingface_hub and
+		// mlx-lm never read it): one that is not a byte count is ignored,
+		// with the reason, rather than refusing a loadable checkpoint.
+		{name: "total_size a string", doc: `{"metadata":{"total_size":"8"},"weight_map":{"a":"x.safetensors"}}`,
+			shards: []string{"x.safetensors"}, ignored: "metadata.total_size is not a number but the string \"8\""},
+		{name: "total_size negative", doc: `{"metadata":{"total_size":-8},"weight_map":{}}`,
+			ignored: "metadata.total_size -8 is not a byte count"},
+		{name: "total_size an object, then more metadata", doc: `{"metadata":{"total_size":{"a":[1,{"b":2}]},"format":"pt"},"weight_map":{"a":"x.safetensors"}}`,
+			shards: []string{"x.safetensors"}, ignored: "metadata.total_size is not a number but an object"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,8 +48,8 @@ func TestParseIndex(t *testing.T) {
 			if got := x.Shards(); !slices.Equal(got, tc.shards) {
 				t.Errorf("shards %q, want %q", got, tc.shards)
 			}
-			if x.TotalSize != tc.total || x.HasTotalSize != tc.haveTotal {
-				t.Errorf("total_size %d (%v), want %d (%v)", x.TotalSize, x.HasTotalSize, tc.total, tc.haveTotal)
+			if x.TotalSize != tc.total || x.HasTotalSize != tc.haveTotal || x.TotalSizeIgnored != tc.ignored {
+				t.Errorf("total_size %d (%v, ignored %q), want %d (%v, ignored %q)", x.TotalSize, x.HasTotalSize, x.TotalSizeIgnored, tc.total, tc.haveTotal, tc.ignored)
 			}
 		})
 	}
@@ -56,8 +66,6 @@ func TestParseIndexRefuses(t *testing.T) {
 		{"duplicate metadata key", `{"metadata":{"total_size":1,"total_size":2},"weight_map":{}}`, ErrInvalidIndex, `key "total_size" appears twice in metadata`},
 		{"shard name not a string", `{"weight_map":{"a":1}}`, ErrInvalidIndex, "weight_map value must be a shard file name, found the number 1"},
 		{"weight_map not an object", `{"weight_map":[]}`, ErrInvalidIndex, "weight_map must be an object"},
-		{"total_size not a number", `{"metadata":{"total_size":"8"},"weight_map":{}}`, ErrInvalidIndex, "metadata.total_size must be a number"},
-		{"negative total_size", `{"metadata":{"total_size":-8},"weight_map":{}}`, ErrInvalidIndex, "metadata.total_size -8 is not a byte count"},
 		// An index is not a header: the message names the document it is.
 		{"not JSON", `weight_map`, ErrInvalidIndex, "invalid JSON near byte 0 of the index"},
 		// Python's json.load refuses a byte order mark too ("Unexpected UTF-8

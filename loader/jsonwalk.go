@@ -127,8 +127,11 @@ func (w *walker) uints(tensor, field string, n int) ([]uint64, error) {
 
 // skip reads and discards one value of any kind, refusing nesting deeper
 // than maxDepth (the header and the tensor entry are two levels already).
-func (w *walker) skip(tensor string) error {
-	depth := 0
+func (w *walker) skip(tensor string) error { return w.skipNested(tensor, 0) }
+
+// skipNested reads tokens until depth levels of objects and arrays, some of
+// them opened already, are closed.
+func (w *walker) skipNested(tensor string, depth int) error {
 	for {
 		tok, err := w.token(tensor)
 		if err != nil {
