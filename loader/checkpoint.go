@@ -78,10 +78,11 @@ type Files struct {
 // ignored; without one, model.safetensors must exist (spec/safetensors.md
 // section 5). Every shard is validated as Open does; every tensor of the
 // index must be in its shard. A tensor in a shard but not in the index is
-// ignored (debug log); a total_size that disagrees with the tensors, or is not a byte count, is a
-// warning. Errors are *Error values (ErrNoWeights, ErrInvalidIndex,
-// ErrInvalidShardPath, ErrMissingShards, ErrIndexTensorMissing,
-// ErrInvalidConfig, or a shard's own rule) or file system errors.
+// ignored (debug log); a total_size that disagrees with the tensors, or is
+// not a byte count, is a warning. Errors are *Error values (ErrNoWeights,
+// ErrInvalidIndex, ErrInvalidShardPath, ErrMissingShards,
+// ErrIndexTensorMissing, ErrInvalidConfig, or a shard's own rule) or file
+// system errors.
 func OpenCheckpoint(path string) (*Checkpoint, error) {
 	st, err := os.Stat(path)
 	if err != nil {
