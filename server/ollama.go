@@ -71,6 +71,7 @@ type ollamaFinal struct {
 	Model              string         `json:"model"`
 	CreatedAt          string         `json:"created_at"`
 	Response           *string        `json:"response,omitempty"`
+	Thinking           string         `json:"thinking,omitempty"` // /api/generate with think: true
 	Message            *ollamaMessage `json:"message,omitempty"`
 	Done               bool           `json:"done"`
 	DoneReason         string         `json:"done_reason,omitempty"`
@@ -89,6 +90,7 @@ type ollamaChunk struct {
 	Model     string         `json:"model"`
 	CreatedAt string         `json:"created_at"`
 	Response  *string        `json:"response,omitempty"`
+	Thinking  string         `json:"thinking,omitempty"` // /api/generate with think: true
 	Message   *ollamaMessage `json:"message,omitempty"`
 	Done      bool           `json:"done"`
 }
@@ -288,12 +290,17 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 	if s, err := srv.lookup(req.model); err == nil {
 		model = s.info.Name
 	}
-	piece := func(text string) ollamaChunk {
+	// With think: true the reasoning and the answer go apart (think.go).
+	var split *thinkSplitter
+	if on, _ := req.eng.ChatArgs["enable_thinking"].(bool); on {
+		split = &thinkSplitter{}
+	}
+	piece := func(thinking, text string) ollamaChunk {
 		c := ollamaChunk{Model: model, CreatedAt: now()}
 		if chat {
-			c.Message = &ollamaMessage{Role: "assistant", Content: text}
+			c.Message = &ollamaMessage{Role: "assistant", Content: text, Thinking: thinking}
 		} else {
-			c.Response = &text
+			c.Response, c.Thinking = &text, thinking
 		}
 		return c
 	}
@@ -301,13 +308,24 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 	if req.stream && req.op == opGenerate {
 		out = newNDJSON(w)
 	}
+	// send streams a piece of output, split when asked.
+	send := func(text string) error {
+		thinking := ""
+		if split != nil {
+			thinking, text = split.feed(text)
+		}
+		if thinking == "" && text == "" {
+			return nil
+		}
+		return out.send(piece(thinking, text))
+	}
 	var text strings.Builder
 	res := srv.wait(j, model, cancel, func(t engine.Token) error {
 		text.WriteString(t.Text)
-		if out == nil || t.Text == "" {
+		if out == nil {
 			return nil
 		}
-		return out.send(piece(t.Text))
+		return send(t.Text)
 	})
 	if res.err != nil {
 		if out != nil && out.started {
@@ -337,21 +355,31 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 		}
 	}
 	if out == nil {
-		content := ""
+		content, thinking := "", ""
 		if res.resp != nil {
 			content = res.resp.Text
 		}
+		if split != nil {
+			thinking, content = splitThinking(content)
+		}
 		if chat {
-			final.Message = &ollamaMessage{Role: "assistant", Content: content}
+			final.Message = &ollamaMessage{Role: "assistant", Content: content, Thinking: thinking}
 		} else {
-			final.Response = &content
+			final.Response, final.Thinking = &content, thinking
 		}
 		writeJSON(w, http.StatusOK, final)
 		return
 	}
 	if tail := streamTail(res.resp, text.String()); tail != "" {
-		if out.send(piece(tail)) != nil {
+		if send(tail) != nil {
 			return
+		}
+	}
+	if split != nil {
+		if thinking, rest := split.flush(); thinking != "" || rest != "" {
+			if out.send(piece(thinking, rest)) != nil {
+				return
+			}
 		}
 	}
 	empty := ""
