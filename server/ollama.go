@@ -291,10 +291,7 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 		model = s.info.Name
 	}
 	// With think: true the reasoning and the answer go apart (think.go).
-	var split *thinkSplitter
-	if on, _ := req.eng.ChatArgs["enable_thinking"].(bool); on {
-		split = &thinkSplitter{}
-	}
+	split := thinkingSplitter(req)
 	piece := func(thinking, text string) ollamaChunk {
 		c := ollamaChunk{Model: model, CreatedAt: now()}
 		if chat {

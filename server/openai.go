@@ -47,6 +47,10 @@ type openAIMessage struct {
 	Content   json.RawMessage `json:"content"`
 	Name      string          `json:"name,omitempty"`
 	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	// The reasoning of a thinking model, when the request turned thinking
+	// on: under vLLM's name and under DeepSeek's, which clients read.
+	Reasoning        string `json:"reasoning,omitempty"`
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 type openAIChatRequest struct {
@@ -57,6 +61,10 @@ type openAIChatRequest struct {
 	TopLogprobs    *int            `json:"top_logprobs"`
 	Tools          json.RawMessage `json:"tools"`
 	ToolChoice     json.RawMessage `json:"tool_choice"`
+	// ChatTemplateKwargs are variables for the chat template (vLLM's and
+	// SGLang's extension): {"enable_thinking": true} turns a Qwen3.5
+	// model's reasoning on.
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 }
 
 type openAICompletionRequest struct {
@@ -153,7 +161,31 @@ func decodeOpenAIChat(body *openAIChatRequest) (*request, error) {
 		}
 		req.eng.Messages = append(req.eng.Messages, tokenizer.Message{Role: role, Content: text})
 	}
+	args, err := templateKwargs(body.ChatTemplateKwargs)
+	if err != nil {
+		return nil, err
+	}
+	req.eng.ChatArgs = args
 	return req, nil
+}
+
+// templateKwargs reads chat_template_kwargs: an object whose entries become
+// chat template variables; enable_thinking, which specula reads itself,
+// must be a boolean.
+func templateKwargs(raw json.RawMessage) (map[string]any, error) {
+	if t := strings.TrimSpace(string(raw)); t == "" || t == "null" {
+		return nil, nil
+	}
+	var args map[string]any
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return nil, badRequest("chat_template_kwargs", "chat_template_kwargs must be an object of template variables, such as {\"enable_thinking\": true}")
+	}
+	if v, ok := args["enable_thinking"]; ok {
+		if _, isBool := v.(bool); !isBool {
+			return nil, badRequest("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking must be true or false, not %v", v)
+		}
+	}
+	return args, nil
 }
 
 // messageText reads a message's content: a string, null, or an array of
@@ -246,8 +278,10 @@ func usage(r *engine.Response) *openAIUsage {
 }
 
 type openAIDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	Reasoning        string  `json:"reasoning,omitempty"`
+	ReasoningContent string  `json:"reasoning_content,omitempty"`
 }
 
 type openAIChoice struct {
@@ -324,19 +358,36 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 			}
 		}
 	}
-	piece := func(text string) openAIChoice {
+	// With enable_thinking the reasoning and the answer go apart (think.go).
+	split := thinkingSplitter(req)
+	piece := func(thinking, text string) openAIChoice {
 		if chat {
-			return openAIChoice{Delta: &openAIDelta{Content: &text}}
+			d := &openAIDelta{Reasoning: thinking, ReasoningContent: thinking}
+			if text != "" || thinking == "" {
+				d.Content = &text
+			}
+			return openAIChoice{Delta: d}
 		}
 		return openAIChoice{Text: &text}
+	}
+	// send streams a piece of output, split when asked.
+	send := func(text string) error {
+		thinking := ""
+		if split != nil {
+			thinking, text = split.feed(text)
+		}
+		if thinking == "" && text == "" {
+			return nil
+		}
+		return out.send(chunk(piece(thinking, text)))
 	}
 	var text strings.Builder
 	res := srv.wait(j, s.info.Name, cancel, func(t engine.Token) error {
 		text.WriteString(t.Text)
-		if out == nil || t.Text == "" {
+		if out == nil {
 			return nil
 		}
-		return out.send(chunk(piece(t.Text)))
+		return send(t.Text)
 	})
 	if res.err != nil {
 		if out != nil && out.started {
@@ -352,11 +403,14 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 	stats := newSpecStats(resp)
 	if out == nil {
 		final := base
-		content := resp.Text
+		content, thinking := resp.Text, ""
+		if split != nil {
+			thinking, content = splitThinking(content)
+		}
 		choice := openAIChoice{FinishReason: &reason}
 		if chat {
 			raw, _ := json.Marshal(content)
-			choice.Message = &openAIMessage{Role: "assistant", Content: raw}
+			choice.Message = &openAIMessage{Role: "assistant", Content: raw, Reasoning: thinking, ReasoningContent: thinking}
 		} else {
 			choice.Text = &content
 		}
@@ -367,8 +421,15 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 		return
 	}
 	if tail := streamTail(resp, text.String()); tail != "" {
-		if out.send(chunk(piece(tail))) != nil {
+		if send(tail) != nil {
 			return
+		}
+	}
+	if split != nil {
+		if thinking, rest := split.flush(); thinking != "" || rest != "" {
+			if out.send(chunk(piece(thinking, rest))) != nil {
+				return
+			}
 		}
 	}
 	finish := chunk(openAIChoice{FinishReason: &reason})

@@ -10,8 +10,10 @@ import (
 // ("<think>\n" ends the prompt), though a model may repeat the opening tag.
 // ollama returns the two apart when a request sets think: true — the
 // reasoning in message.thinking (thinking for /api/generate), the answer in
-// content — so clients can fold the reasoning away. thinkSplitter does that
-// split on streamed text, whose pieces may cut a tag anywhere.
+// content — and vLLM when chat_template_kwargs sets enable_thinking (the
+// reasoning in message.reasoning), so clients can fold the reasoning away.
+// thinkSplitter does that split on streamed text, whose pieces may cut a tag
+// anywhere.
 
 const (
 	thinkOpen  = "<think>"
@@ -114,6 +116,16 @@ func heldBack(buf string) int {
 	}
 	rest := strings.TrimRightFunc(buf[:len(buf)-keep], unicode.IsSpace)
 	return len(buf) - len(rest)
+}
+
+// thinkingSplitter returns a splitter for a request that turned the chat
+// template's enable_thinking on, else nil: the output is then returned
+// whole.
+func thinkingSplitter(req *request) *thinkSplitter {
+	if on, _ := req.eng.ChatArgs["enable_thinking"].(bool); on {
+		return &thinkSplitter{}
+	}
+	return nil
 }
 
 // splitThinking splits a whole output (a request that does not stream).

@@ -104,3 +104,54 @@ func TestOllamaThinkSplitsReasoning(t *testing.T) {
 		t.Fatalf("raw generate with think: %s", body)
 	}
 }
+
+// chat_template_kwargs {"enable_thinking": true} (vLLM's extension) returns
+// the reasoning apart in OpenAI's API, under vLLM's name (reasoning) and
+// DeepSeek's (reasoning_content): in the message, or in the deltas, where a
+// reasoning delta carries no content. Without it the output is whole.
+func TestOpenAIThinkingSplitsReasoning(t *testing.T) {
+	gen := &fakeGen{tokens: []string{"Two and", " two.\n</th", "ink>\n\n", "Four", "."}}
+	_, ts, _ := newFakeServer(t, gen, Config{})
+	const ask = `"messages":[{"role":"user","content":"2+2?"}]`
+
+	body := readAll(t, post(t, ts.URL+"/v1/chat/completions", `{"model":"tiny","chat_template_kwargs":{"enable_thinking":true},`+ask+`}`))
+	msg := decode[map[string]any](t, body)["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+	if msg["content"] != "Four." || msg["reasoning"] != "Two and two." || msg["reasoning_content"] != "Two and two." {
+		t.Fatalf("chat with enable_thinking: %s", body)
+	}
+	if req := gen.lastRequest(t); req.ChatArgs["enable_thinking"] != true {
+		t.Fatalf("engine request %+v", req)
+	}
+
+	ev := sseEvents(t, post(t, ts.URL+"/v1/chat/completions", `{"model":"tiny","stream":true,"chat_template_kwargs":{"enable_thinking":true},`+ask+`}`))
+	var reasoning, content strings.Builder
+	for _, e := range ev[1 : len(ev)-2] { // after the role chunk, before the finish chunk and [DONE]
+		d := decode[map[string]any](t, e)["choices"].([]any)[0].(map[string]any)["delta"].(map[string]any)
+		r, _ := d["reasoning"].(string)
+		c, hasContent := d["content"].(string)
+		if r != "" && hasContent && c == "" || d["reasoning_content"] != d["reasoning"] {
+			t.Errorf("delta %s", e)
+		}
+		reasoning.WriteString(r)
+		content.WriteString(c)
+	}
+	if reasoning.String() != "Two and two." || content.String() != "Four." {
+		t.Fatalf("streamed: %q | %q from %q", reasoning.String(), content.String(), ev)
+	}
+
+	body = readAll(t, post(t, ts.URL+"/v1/chat/completions", `{"model":"tiny","chat_template_kwargs":{"enable_thinking":false},`+ask+`}`))
+	msg = decode[map[string]any](t, body)["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+	if _, has := msg["reasoning"]; has || msg["content"] != "Two and two.\n</think>\n\nFour." {
+		t.Fatalf("chat without thinking: %s", body)
+	}
+	if req := gen.lastRequest(t); req.ChatArgs["enable_thinking"] != false {
+		t.Fatalf("engine request %+v", req)
+	}
+
+	for _, bad := range []string{`"chat_template_kwargs":[1],`, `"chat_template_kwargs":{"enable_thinking":"yes"},`} {
+		r := post(t, ts.URL+"/v1/chat/completions", `{"model":"tiny",`+bad+ask+`}`)
+		if body := readAll(t, r); r.StatusCode != 400 || !strings.Contains(body, "chat_template_kwargs") {
+			t.Errorf("%s: %d %s", bad, r.StatusCode, body)
+		}
+	}
+}
