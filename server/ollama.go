@@ -307,10 +307,7 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	// send streams a piece of output, split when asked.
 	send := func(text string) error {
-		thinking := ""
-		if split != nil {
-			thinking, text = split.feed(text)
-		}
+		thinking, text := split.feed(text)
 		if thinking == "" && text == "" {
 			return nil
 		}
@@ -372,11 +369,9 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 			return
 		}
 	}
-	if split != nil {
-		if thinking, rest := split.flush(); thinking != "" || rest != "" {
-			if out.send(piece(thinking, rest)) != nil {
-				return
-			}
+	if thinking, rest := split.flush(); thinking != "" || rest != "" {
+		if out.send(piece(thinking, rest)) != nil {
+			return
 		}
 	}
 	empty := ""

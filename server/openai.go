@@ -372,10 +372,7 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	// send streams a piece of output, split when asked.
 	send := func(text string) error {
-		thinking := ""
-		if split != nil {
-			thinking, text = split.feed(text)
-		}
+		thinking, text := split.feed(text)
 		if thinking == "" && text == "" {
 			return nil
 		}
@@ -425,11 +422,9 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 			return
 		}
 	}
-	if split != nil {
-		if thinking, rest := split.flush(); thinking != "" || rest != "" {
-			if out.send(chunk(piece(thinking, rest))) != nil {
-				return
-			}
+	if thinking, rest := split.flush(); thinking != "" || rest != "" {
+		if out.send(chunk(piece(thinking, rest))) != nil {
+			return
 		}
 	}
 	finish := chunk(openAIChoice{FinishReason: &reason})

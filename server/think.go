@@ -42,8 +42,12 @@ type thinkSplitter struct {
 }
 
 // feed takes the next piece of output and returns what of it is now known
-// to be reasoning and answer.
+// to be reasoning and answer. A nil splitter (no thinking asked for) passes
+// the output through as answer.
 func (s *thinkSplitter) feed(text string) (thinking, answer string) {
+	if s == nil {
+		return "", text
+	}
 	buf := s.held + text
 	s.held = ""
 	for {
@@ -62,12 +66,16 @@ func (s *thinkSplitter) feed(text string) (thinking, answer string) {
 				continue
 			}
 			s.phase = inThinking
-		case afterOpenTag:
+		case afterOpenTag, beforeAnswer:
 			buf = strings.TrimLeftFunc(buf, unicode.IsSpace)
 			if buf == "" {
 				return thinking, answer
 			}
-			s.phase = inThinking
+			if s.phase == afterOpenTag {
+				s.phase = inThinking
+			} else {
+				s.phase = inAnswer
+			}
 		case inThinking:
 			if i := strings.Index(buf, thinkClose); i >= 0 {
 				thinking += strings.TrimRightFunc(buf[:i], unicode.IsSpace)
@@ -79,12 +87,6 @@ func (s *thinkSplitter) feed(text string) (thinking, answer string) {
 			thinking += buf[:len(buf)-keep]
 			s.held = buf[len(buf)-keep:]
 			return thinking, answer
-		case beforeAnswer:
-			buf = strings.TrimLeftFunc(buf, unicode.IsSpace)
-			if buf == "" {
-				return thinking, answer
-			}
-			s.phase = inAnswer
 		case inAnswer:
 			return thinking, answer + buf
 		}
@@ -94,6 +96,9 @@ func (s *thinkSplitter) feed(text string) (thinking, answer string) {
 // flush returns what is held back at the end of the output: reasoning cut
 // off before its closing tag (a budget or a stop ended it) stays reasoning.
 func (s *thinkSplitter) flush() (thinking, answer string) {
+	if s == nil {
+		return "", ""
+	}
 	held := s.held
 	s.held = ""
 	switch s.phase {
