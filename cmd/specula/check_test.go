@@ -246,37 +246,13 @@ func TestCheckBrokenManifests(t *testing.T) {
 // instead of "ok: runnable". The tensors are bound by name and shape only.
 func TestCheckTargetTensorsMismatchConfig(t *testing.T) {
 	ensureArchs(t)
-	src, err := filepath.Abs(filepath.Join(examplesDir, "../testdata/fixtures/qwen35-tiny"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["intermediate_size"] = 256 // the fixture's MLP is 128 wide
-	raw, _ = json.Marshal(cfg)
-	dir := t.TempDir()
-	ck := filepath.Join(dir, "ck")
-	if err := os.Mkdir(ck, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ck, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(src, "model.safetensors"), filepath.Join(ck, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
-	m := filepath.Join(dir, "m.toml")
-	if err := os.WriteFile(m, []byte("schema = 1\n[target]\npath = \"ck\"\ncapabilities = [\"model\"]\ndtype = \"float32\"\n"), 0o644); err != nil {
+	ck := fixtureConfigWith(t, "qwen35-tiny", "intermediate_size", 256) // the fixture's MLP is 128 wide
+	m := filepath.Join(filepath.Dir(ck), "m.toml")
+	if err := os.WriteFile(m, []byte("schema = 1\n[target]\npath = \""+filepath.Base(ck)+"\"\ncapabilities = [\"model\"]\ndtype = \"float32\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs := run("check", m)
-	want := "specula check: manifest " + m + ":3: invalid weights: ck: its tensors do not fit Qwen3_5ForCausalLM as its config.json describes it"
+	want := "specula check: manifest " + m + ":3: invalid weights: " + filepath.Base(ck) + ": its tensors do not fit Qwen3_5ForCausalLM as its config.json describes it"
 	if code != exitFailure || !strings.HasPrefix(errs, want) || !strings.Contains(errs, "tensors do not match config.json") ||
 		strings.Count(errs, "\n") != 1 || strings.Contains(out, "runnable") {
 		t.Fatalf("exit %d, stderr %q\nwant exit 1 and one line starting %q\n%s", code, errs, want, out)
