@@ -12,13 +12,17 @@ import (
 )
 
 // TestSegmentsEqualLayerByLayer: the forward as compiled segments of layers
-// (segments.go) gives the values of the forward built op by op, to the bit,
-// through what a speculative decoder asks of the target — a prefill, a
-// verification block with a rollback point at every position and a commit
-// that keeps part of it, then single-token steps — with layer taps (the
-// last layer's among them), for the logits, the taps and every cache state.
-// It also checks that the segments were compiled, so it cannot pass by
-// running the same code twice.
+// (segments.go) gives the values of the forward built op by op through what
+// a speculative decoder asks of the target — a prefill, a verification
+// block with a rollback point at every position and a commit that keeps
+// part of it, then single-token steps — with layer taps (the last layer's
+// among them), for the logits, the taps and every cache state. On the CPU
+// the values are equal to the bit. On the GPU MLX fuses a compiled
+// segment's elementwise ops into kernels that NVRTC builds with multiply-add
+// contraction, so a fused a·b+c rounds once where the op-by-op graph rounds
+// twice: there the values agree within the path tolerances (the H200
+// measured 9.2e-6 on the logits, float32). It also checks that the segments
+// were compiled, so it cannot pass by running the same code twice.
 func TestSegmentsEqualLayerByLayer(t *testing.T) {
 	f := loadTiny(t)
 	mlxtest.Run(t, func(t *mlxtest.T) {
@@ -67,6 +71,12 @@ func TestSegmentsEqualLayerByLayer(t *testing.T) {
 			freeCaches(wantCaches)
 			freeCaches(gotCaches)
 		}()
+		qwen35test.CompareStates(t, "segments vs layer by layer", gotCaches, wantCaches)
+		if mlx.CurrentDevice() == mlx.GPU {
+			qwen35test.Within(t, "logits, max abs difference", maxAbs(t, gotLogits, wantLogits), pathLogitTol)
+			qwen35test.Within(t, "taps, relative difference", qwen35test.RelErr(t, gotAux, wantAux), qwen35test.PathStateTol)
+			return
+		}
 		if d := maxAbs(t, gotLogits, wantLogits); d != 0 {
 			t.Fatalf("logits differ by up to %g", d)
 		}
@@ -81,7 +91,6 @@ func TestSegmentsEqualLayerByLayer(t *testing.T) {
 				}
 			}
 		}
-		qwen35test.CompareStates(t, "segments vs layer by layer", gotCaches, wantCaches)
 	})
 }
 
