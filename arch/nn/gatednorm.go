@@ -22,8 +22,10 @@ import (
 // token), so a row's bits do not depend on how many rows run: a
 // verification row equals the decode step's.
 //
-// x is [rows, D] float32 with rows = L·H; src is [L, width] and row r's gate
-// is src[r / H, COL + (r mod H)·D …]; w is [D]. The dtype codes XT, ST, WT
+// x is [1, L, H, D] float32, row r = (t, head) at r·D; src is [1, L, width]
+// and row r's gate is src[0, r / H, COL + (r mod H)·D …]; w is [D]. Both are
+// taken in the shapes the layer has them (a reshape would be one more graph
+// node per layer for MLX to process at every step; issue 19). The dtype codes XT, ST, WT
 // and OT only make MLX's kernel cache (keyed by name and constants) tell
 // compilations for different dtypes apart.
 var gatedNormKernel = &mlx.CUDAKernel{
@@ -41,7 +43,7 @@ template <typename T> struct specula_elem<T&> { using type = T; };
   const int t = row / H;
   const int head = row - t * H;
   const auto* xr = x + (size_t)row * D;
-  const auto* gr = src + (size_t)t * src_shape[1] + COL + (size_t)head * D;
+  const auto* gr = src + (size_t)t * src_shape[2] + COL + (size_t)head * D;
   TO* yr = y + (size_t)row * D;
   float v[CHUNKS * NREADS];
   float acc = 0.f;
@@ -112,8 +114,8 @@ func gatedNormLaunch(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtyp
 	}
 	L, h, d := x.Dim(1), x.Dim(2), x.Dim(3)
 	nreads, block, chunks := normLayout(d, mlx.Float32.Size())
-	outs, err := gatedNormKernel.Run([]*mlx.Array{mlx.Reshape(x, L*h, d), mlx.Reshape(src, L, src.Dim(2)), w}, mlx.KernelLaunch{
-		OutputShapes: [][]int{{L * h, d}},
+	outs, err := gatedNormKernel.Run([]*mlx.Array{x, src, w}, mlx.KernelLaunch{
+		OutputShapes: [][]int{{1, L, h, d}},
 		OutputDTypes: []mlx.DType{dtype},
 		Grid:         [3]int{L * h * block, 1, 1},
 		Block:        [3]int{block, 1, 1},
@@ -129,5 +131,5 @@ func gatedNormLaunch(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtyp
 		gatedNormSwitch.Fail(err)
 		return nil
 	}
-	return mlx.Reshape(outs[0], 1, L, h, d)
+	return outs[0]
 }

@@ -35,7 +35,7 @@ var deltaPrepKernel = &mlx.CUDAKernel{
   constexpr int P = CONV + HV * DV + 2 * HV;
   constexpr int U = 2 * HK + HV;
   constexpr int PER = (DK > DV ? DK : DV) / 32;
-  const int L = proj_shape[0];
+  const int L = proj_shape[1];
   const int lane = threadIdx.x & 31;
   const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   if (gw >= L * U) return;
@@ -126,13 +126,15 @@ var deltaPrepSwitch = nn.NewKernelSwitch("SPECULA_DELTA_PREP", "qwen35: the delt
 // its order, or nil when the launch failed (the caller then runs the graph
 // path).
 func deltaPrepLaunch(cfg *Config, g *deltaWeights, proj, convState *mlx.Array) []*mlx.Array {
-	L, width := proj.Dim(1), proj.Dim(2)
+	L := proj.Dim(1)
 	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
 	conv, tail := cfg.ConvDim(), cfg.ConvKernel-1
-	outs, err := deltaPrepKernel.Run([]*mlx.Array{
-		mlx.Reshape(proj, L, width), mlx.Reshape(convState, tail, conv), g.conv, g.negA, g.dtBias,
-	}, mlx.KernelLaunch{
-		OutputShapes: [][]int{{L, hk, dk}, {L, hk, dk}, {L, hv, dv}, {L, hv}, {L, hv}, {tail + L, conv}},
+	// proj [1, L, width] and the tail [1, Kc−1, conv] go in, and the outputs
+	// come out, in the shapes the layer has them (the kernel indexes them
+	// flat): a reshape would be one more graph node per operand for MLX to
+	// process at every step (issue 19).
+	outs, err := deltaPrepKernel.Run([]*mlx.Array{proj, convState, g.conv, g.negA, g.dtBias}, mlx.KernelLaunch{
+		OutputShapes: [][]int{{1, L, hk, dk}, {1, L, hk, dk}, {1, L, hv, dv}, {1, L, hv}, {1, L, hv}, {1, tail + L, conv}},
 		OutputDTypes: []mlx.DType{mlx.Float32, mlx.Float32, mlx.Float32, mlx.Float32, mlx.Float32, proj.DType()},
 		Grid:         [3]int{32 * (2*hk + hv) * L, 1, 1},
 		Block:        [3]int{128, 1, 1},
@@ -150,8 +152,5 @@ func deltaPrepLaunch(cfg *Config, g *deltaWeights, proj, convState *mlx.Array) [
 		deltaPrepSwitch.Fail(err)
 		return nil
 	}
-	return []*mlx.Array{
-		mlx.Reshape(outs[0], 1, L, hk, dk), mlx.Reshape(outs[1], 1, L, hk, dk), mlx.Reshape(outs[2], 1, L, hv, dv),
-		mlx.Reshape(outs[3], 1, L, hv), mlx.Reshape(outs[4], 1, L, hv), mlx.Reshape(outs[5], 1, tail+L, conv),
-	}
+	return outs
 }

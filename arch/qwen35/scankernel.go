@@ -23,7 +23,7 @@ var gatedDeltaKernel = &mlx.CUDAKernel{
 	Inputs:  []string{"q", "k", "v", "a", "b", "s0"},
 	Outputs: []string{"o", "st"},
 	Source: `
-  const int T = q_shape[0];
+  const int T = q_shape[1];
   const int lane = threadIdx.x & 31;
   const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   if (row >= HV * DV) return;
@@ -112,11 +112,11 @@ func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) 
 	if emit {
 		stRows = L
 	}
-	outs, err := gatedDeltaKernel.Run([]*mlx.Array{
-		mlx.Reshape(q, L, hk, dk), mlx.Reshape(k, L, hk, dk), mlx.Reshape(v, L, hv, dv),
-		mlx.Reshape(alpha, L, hv), mlx.Reshape(beta, L, hv), mlx.Reshape(state, hv, dv, dk),
-	}, mlx.KernelLaunch{
-		OutputShapes: [][]int{{L, hv, dv}, {stRows, hv, dv, dk}},
+	// The operands go in the shapes the layer has them, [1, L, …] (the
+	// kernel indexes them flat): a reshape would be one more graph node per
+	// operand for MLX to process at every step (issue 19).
+	outs, err := gatedDeltaKernel.Run([]*mlx.Array{q, k, v, alpha, beta, state}, mlx.KernelLaunch{
+		OutputShapes: [][]int{{1, L, hv, dv}, {stRows, hv, dv, dk}},
 		OutputDTypes: []mlx.DType{mlx.Float32, mlx.Float32},
 		Grid:         [3]int{32 * hv * dv, 1, 1},
 		Block:        [3]int{128, 1, 1},
@@ -129,15 +129,14 @@ func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) 
 		scanSwitch.Fail(err)
 		return nil, nil
 	}
+	if !emit {
+		return outs[0], []*mlx.Array{outs[1]}
+	}
 	states := make([]*mlx.Array, len(bounds))
 	for i, b := range bounds {
-		row := 0
-		if emit {
-			row = b - 1
-		}
-		states[i] = mlx.Reshape(mlx.SliceAxis(outs[1], 0, row, row+1), 1, hv, dv, dk)
+		states[i] = mlx.SliceAxis(outs[1], 0, b-1, b)
 	}
-	return mlx.Reshape(outs[0], 1, L, hv, dv), states
+	return outs[0], states
 }
 
 func b2i(b bool) int {
