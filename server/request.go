@@ -9,6 +9,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -76,7 +78,7 @@ func jsonError(err error) error {
 	case errors.As(err, &syntax):
 		return badRequest("", "malformed JSON at byte %d: %v", syntax.Offset, syntax)
 	case errors.As(err, &typ):
-		field := typ.Field
+		field := clientField(typ.Field)
 		if field == "" {
 			return badRequest("", "the request body must be a JSON object, not %s", typ.Value)
 		}
@@ -85,6 +87,19 @@ func jsonError(err error) error {
 		return badRequest("", "malformed JSON: the body ends early")
 	}
 	return badRequest("", "malformed JSON: %v", err)
+}
+
+// embeddedName is the Go name of the struct both OpenAI request bodies
+// embed. encoding/json puts it in a type error's field path
+// ("openAICommon.seed"), where a client, who never sent it, would look for
+// its own field name.
+var embeddedName = reflect.TypeFor[openAICommon]().Name()
+
+// clientField is a decoding error's field path as the client spelled it.
+func clientField(path string) string {
+	parts := strings.Split(path, ".")
+	parts = slices.DeleteFunc(parts, func(p string) bool { return p == embeddedName })
+	return strings.Join(parts, ".")
 }
 
 // jsonKind names a Go type the way a JSON user thinks of it.

@@ -370,6 +370,11 @@ func TestBadInput(t *testing.T) {
 		{"openai tools", "/v1/chat/completions", `{"model":"tiny","tools":[{"type":"function"}],"messages":[{"role":"user","content":"x"}]}`, 400, "tools", "tools"},
 		{"openai image part", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "image_url", "messages[0].content[0].type"},
 		{"openai oversized", "/v1/completions", big, 413, "larger than", ""},
+		// Fields shared by chats and completions are named as the client
+		// spelled them, not by the Go struct that holds them.
+		{"openai wrong type", "/v1/chat/completions", `{"model":"tiny","temperature":"hot","messages":[{"role":"user","content":"x"}]}`, 400, `field "temperature": got string, want a number`, "temperature"},
+		{"openai wrong nested type", "/v1/chat/completions", `{"model":"tiny","stream":true,"stream_options":{"include_usage":"yes"},"messages":[{"role":"user","content":"x"}]}`, 400, `field "stream_options.include_usage": got string, want true or false`, "stream_options.include_usage"},
+		{"openai completion wrong type", "/v1/completions", `{"model":"tiny","prompt":"x","seed":1.5}`, 400, `field "seed": got number 1.5, want an integer`, "seed"},
 		{"no route", "/api/pull", `{}`, 404, "no route", ""},
 	}
 	for _, c := range cases {
