@@ -234,6 +234,17 @@ class Suite:
             expect(e.body["param"] == "messages", f"{e.body}")
         else:
             raise AssertionError("empty messages succeeded")
+        # A prompt longer than the context is refused before the first
+        # token: streamed or not, the client raises BadRequestError at
+        # create(), not an error in the middle of the stream.
+        too_long = [{"role": "user", "content": "hello world " * 5000}]
+        for stream in (False, True):
+            try:
+                self.oa.chat.completions.create(model=self.model, messages=too_long, max_tokens=2, stream=stream)
+            except openai.BadRequestError as e:
+                expect("context" in e.body["message"], f"stream={stream}: {e.body}")
+            else:
+                raise AssertionError(f"a prompt longer than the context succeeded (stream={stream})")
 
     # ---- scheduling ---------------------------------------------------
     @check("client disconnect mid-stream stops the generation; the server keeps serving")

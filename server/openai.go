@@ -351,12 +351,19 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 	var out *sse
 	if req.stream {
 		out = newSSE(w)
-		if chat {
+	}
+	// emit writes a chunk, preceded in a chat by the role chunk. Nothing is
+	// written before the first token: an error before it (a prompt the
+	// engine refuses, a timeout in the queue) is still an HTTP status with
+	// the error body, which clients raise as they raise any bad request.
+	emit := func(c openAIResponse) error {
+		if chat && !out.started {
 			empty := ""
 			if err := out.send(chunk(openAIChoice{Delta: &openAIDelta{Role: "assistant", Content: &empty}})); err != nil {
-				cancel()
+				return err
 			}
 		}
+		return out.send(c)
 	}
 	// With enable_thinking the reasoning and the answer go apart (think.go).
 	split := thinkingSplitter(req)
@@ -376,7 +383,7 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 		if thinking == "" && text == "" {
 			return nil
 		}
-		return out.send(chunk(piece(thinking, text)))
+		return emit(chunk(piece(thinking, text)))
 	}
 	var text strings.Builder
 	res := srv.wait(j, s.info.Name, cancel, func(t engine.Token) error {
@@ -423,7 +430,7 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 		}
 	}
 	if thinking, rest := split.flush(); thinking != "" || rest != "" {
-		if out.send(chunk(piece(thinking, rest))) != nil {
+		if emit(chunk(piece(thinking, rest))) != nil {
 			return
 		}
 	}
@@ -435,7 +442,7 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 		finish.Choices[0].Text = &empty
 	}
 	finish.Speculation = stats
-	if out.send(finish) != nil {
+	if emit(finish) != nil {
 		return
 	}
 	if includeUsage {

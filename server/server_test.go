@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,6 +29,9 @@ type fakeGen struct {
 	tokens  []string
 	release chan struct{} // nil: no waiting
 	started chan struct{} // receives once per Generate call, if not nil
+	// refuse, when set, is returned before any token (as the engine refuses
+	// a prompt longer than the context).
+	refuse error
 
 	mu        sync.Mutex
 	requests  []engine.Request
@@ -41,6 +45,9 @@ func (f *fakeGen) Generate(ctx context.Context, req engine.Request, onToken func
 	f.mu.Unlock()
 	if f.started != nil {
 		f.started <- struct{}{}
+	}
+	if f.refuse != nil {
+		return nil, f.refuse
 	}
 	resp := &engine.Response{PromptIDs: []int32{1, 2, 3, 4, 5}, PromptTokens: 5, CachedTokens: 2,
 		PrefillTime: time.Millisecond, FirstTokenTime: 2 * time.Millisecond,
@@ -282,6 +289,43 @@ func TestOpenAIChatStream(t *testing.T) {
 	req := gen.lastRequest(t)
 	if req.Messages[0].Role != "system" || req.Messages[1].Content != "hello" || req.MaxTokens != 2 || *req.Temperature != 0 {
 		t.Fatalf("engine request %+v", req)
+	}
+}
+
+// A request the engine refuses before its first token (a prompt longer
+// than the context) is an HTTP error in each API's shape, streamed or not:
+// nothing of a stream was sent yet, so OpenAI clients raise their
+// BadRequestError as for any other bad request, not an error event after a
+// 200.
+func TestRefusedBeforeFirstToken(t *testing.T) {
+	const why = "the prompt is 5000 tokens, but the model's context holds 4096"
+	gen := &fakeGen{refuse: &engine.PromptError{Err: errors.New(why)}}
+	_, ts, _ := newFakeServer(t, gen, Config{})
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"tiny","stream":true,"messages":[{"role":"user","content":"x"}]}`},
+		{"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"x"}]}`},
+		{"/v1/completions", `{"model":"tiny","stream":true,"prompt":"x"}`},
+		{"/api/chat", `{"model":"tiny","messages":[{"role":"user","content":"x"}]}`},
+		{"/api/generate", `{"model":"tiny","prompt":"x"}`},
+	} {
+		resp := post(t, ts.URL+c.path, c.body)
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			t.Fatalf("%s %s: status %d (%s), want 400 with a JSON error: %s", c.path, c.body, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+		var msg string
+		if strings.HasPrefix(c.path, "/v1/") {
+			e := decode[openAIError](t, body)
+			msg = e.Error.Message
+			if e.Error.Type != "invalid_request_error" {
+				t.Fatalf("%s: error type %q, want invalid_request_error", c.path, e.Error.Type)
+			}
+		} else {
+			msg = decode[map[string]string](t, body)["error"]
+		}
+		if msg != why {
+			t.Fatalf("%s: error %s, want %q", c.path, body, why)
+		}
 	}
 }
 
