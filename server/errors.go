@@ -25,6 +25,9 @@ type apiError struct {
 	Param string
 	// RetryAfter, when > 0, becomes a Retry-After header (503 busy).
 	RetryAfter time.Duration
+	// Code, when set, is OpenAI's machine-readable code; otherwise the
+	// status gives it (codeFor).
+	Code string
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -91,18 +94,21 @@ func newOpenAIError(e *apiError) openAIError {
 	if e.Param != "" {
 		body.Param = &e.Param
 	}
-	code := codeFor(e.Status)
+	code := e.Code
+	if code == "" {
+		code = codeFor(e.Status)
+	}
 	if code != "" {
 		body.Code = &code
 	}
 	return openAIError{Error: body}
 }
 
-// codeFor is the machine-readable code OpenAI-style clients switch on.
+// codeFor is the machine-readable code OpenAI-style clients switch on, for
+// the statuses that have one whatever the cause (a 404 has none: an unknown
+// model's error carries model_not_found itself, a missing route nothing).
 func codeFor(status int) string {
 	switch status {
-	case http.StatusNotFound:
-		return "model_not_found"
 	case http.StatusServiceUnavailable:
 		return "server_busy"
 	case http.StatusRequestEntityTooLarge:

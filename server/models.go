@@ -328,7 +328,7 @@ func (srv *Server) lookup(name string) (*slot, error) {
 	if s, ok := srv.slots[strings.TrimSuffix(name, ":latest")]; ok {
 		return s, nil
 	}
-	return nil, &apiError{Status: http.StatusNotFound, Param: "model",
+	return nil, &apiError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
 		Message: fmt.Sprintf("model %q not found; served models: %s", name, strings.Join(srv.names(), ", "))}
 }
 

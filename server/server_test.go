@@ -450,6 +450,39 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// OpenAI's error code says what went wrong for clients that switch on it:
+// model_not_found only when the model is unknown, not for a path that
+// does not exist.
+func TestOpenAIErrorCodes(t *testing.T) {
+	_, ts, _ := newFakeServer(t, &fakeGen{tokens: []string{"ok"}}, Config{})
+	for _, c := range []struct {
+		path, body string
+		status     int
+		code       string // "" : null
+	}{
+		{"/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404, "model_not_found"},
+		{"/v1/models/nope", "", 404, "model_not_found"},
+		{"/v1/embeddings", `{"model":"tiny","input":"x"}`, 404, ""},
+		{"/v1/chat/completion", `{"model":"tiny","messages":[{"role":"user","content":"x"}]}`, 404, ""},
+	} {
+		var resp *http.Response
+		if c.body == "" {
+			resp = mustGet(t, ts.URL+c.path)
+		} else {
+			resp = post(t, ts.URL+c.path, c.body)
+		}
+		body := readAll(t, resp)
+		e := decode[openAIError](t, body)
+		got := ""
+		if e.Error.Code != nil {
+			got = *e.Error.Code
+		}
+		if resp.StatusCode != c.status || got != c.code {
+			t.Fatalf("%s: status %d, code %q, want %d and %q: %s", c.path, resp.StatusCode, got, c.status, c.code, body)
+		}
+	}
+}
+
 // waitFor polls cond until it holds (a few seconds at most).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
