@@ -303,7 +303,7 @@ func (srv *Server) serveOllama(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	var out *ndjson
 	if req.stream && req.op == opGenerate {
-		out = newNDJSON(w)
+		out = newNDJSON(w, srv.cfg.StallTimeout)
 	}
 	// send streams a piece of output, split when asked.
 	send := func(text string) error {

@@ -350,7 +350,7 @@ func (srv *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, req *requ
 	}
 	var out *sse
 	if req.stream {
-		out = newSSE(w)
+		out = newSSE(w, srv.cfg.StallTimeout)
 	}
 	// emit writes a chunk, preceded in a chat by the role chunk. Nothing is
 	// written before the first token: an error before it (a prompt the

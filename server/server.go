@@ -52,6 +52,10 @@ type Config struct {
 	// RequestTimeout bounds a request from arrival to its last token
 	// (0: no bound).
 	RequestTimeout time.Duration
+	// StallTimeout bounds how long one write of a streamed answer may wait
+	// on a client that reads nothing; past it the request is cancelled
+	// (0: DefaultStallTimeout, negative: no bound).
+	StallTimeout time.Duration
 	// APIKey, when set, is required as "Authorization: Bearer <key>" on
 	// every route but /health.
 	APIKey string
@@ -64,6 +68,9 @@ const (
 	DefaultKeepAlive    = 5 * time.Minute
 	DefaultMaxQueue     = 512
 	DefaultMaxBodyBytes = 16 << 20
+	// DefaultStallTimeout is long enough for any client that reads at all
+	// (a write waits only once the connection's buffers are full).
+	DefaultStallTimeout = time.Minute
 )
 
 // Server serves the configured models.
@@ -88,6 +95,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
 	}
 	if cfg.Load == nil {
 		cfg.Load = EngineLoader(DefaultPromptCacheBytes, nil)

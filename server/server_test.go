@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -492,6 +495,74 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A client that stops reading a stream without closing it (its buffers
+// full) does not hold the model, or the models queued behind it: once a
+// write has waited StallTimeout, its generation is cancelled and the next
+// request is served.
+func TestStalledClientReleasesTheModel(t *testing.T) {
+	// Large tokens fill the connection's buffers, then the job's token buffer.
+	gen := &fakeGen{tokens: slices.Repeat([]string{strings.Repeat("x", 1<<15)}, 2000), started: make(chan struct{}, 8)}
+	_, ts, _ := newFakeServer(t, gen, Config{StallTimeout: 200 * time.Millisecond})
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"tiny","prompt":"x"}`
+	fmt.Fprintf(conn, "POST /api/generate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	<-gen.started // the stalled stream runs; its client reads nothing
+	done := make(chan string, 1)
+	go func() {
+		client := &http.Client{Timeout: 20 * time.Second}
+		resp, err := client.Post(ts.URL+"/api/generate", "application/json", strings.NewReader(`{"model":"tiny","prompt":"y","stream":false,"options":{"num_predict":1}}`))
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- readAll(t, resp)
+	}()
+	select {
+	case got := <-done:
+		if final := decode[map[string]any](t, got); final["response"] != gen.tokens[0] {
+			t.Fatalf("the request after a stalled stream: %.200s", got)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a client that reads nothing held the model: the next request was not served")
+	}
+	gen.mu.Lock()
+	if gen.cancelled != 1 {
+		t.Fatalf("%d generations cancelled, want the stalled one", gen.cancelled)
+	}
+	gen.mu.Unlock()
+
+	// The bound is on each write of a stream, not on the connection: a
+	// kept-alive connection's next request, later than StallTimeout, is
+	// answered.
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	var reused []bool
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }}
+	for i, path := range []string{"/api/generate", "/v1/completions", "/api/generate"} {
+		if i > 0 {
+			time.Sleep(400 * time.Millisecond)
+		}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", ts.URL+path,
+			strings.NewReader(`{"model":"tiny","prompt":"z","stream":true,"max_tokens":2,"options":{"num_predict":2}}`))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d on a kept-alive connection: %v", i, err)
+		}
+		if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, `"done":true`) && !strings.Contains(body, "[DONE]") {
+			t.Fatalf("request %d on a kept-alive connection: %d %.300s", i, resp.StatusCode, body)
+		}
+	}
+	if !slices.Equal(reused, []bool{false, true, true}) {
+		t.Fatalf("connections reused %v, want one connection for the three requests", reused)
 	}
 }
 

@@ -3,17 +3,38 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 )
 
-// ndjson writes ollama's stream: one JSON object per line, each flushed.
-type ndjson struct {
+// streamWriter writes a streamed answer, each piece flushed. A write that
+// waits longer than stall (a client that stopped reading but keeps the
+// connection open, its buffers full) fails, which cancels the generation:
+// otherwise it would hold its model's worker, and the MLX worker every
+// model shares, for as long as the client stays connected. (net/http
+// clears the deadline after the handler, for the connection's next
+// request.)
+type streamWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
+	stall   time.Duration
 	started bool
 }
 
-func newNDJSON(w http.ResponseWriter) *ndjson {
-	return &ndjson{w: w, rc: http.NewResponseController(w)}
+func (s *streamWriter) write(data []byte) error {
+	if s.stall > 0 {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
+	}
+	if _, err := s.w.Write(data); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// ndjson writes ollama's stream: one JSON object per line, each flushed.
+type ndjson struct{ streamWriter }
+
+func newNDJSON(w http.ResponseWriter, stall time.Duration) *ndjson {
+	return &ndjson{streamWriter{w: w, rc: http.NewResponseController(w), stall: stall}}
 }
 
 func (s *ndjson) send(v any) error {
@@ -26,22 +47,15 @@ func (s *ndjson) send(v any) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.w.Write(append(data, '\n')); err != nil {
-		return err
-	}
-	return s.rc.Flush()
+	return s.write(append(data, '\n'))
 }
 
 // sse writes OpenAI's stream: server-sent events "data: <json>\n\n", each
 // flushed, ended by "data: [DONE]".
-type sse struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	started bool
-}
+type sse struct{ streamWriter }
 
-func newSSE(w http.ResponseWriter) *sse {
-	return &sse{w: w, rc: http.NewResponseController(w)}
+func newSSE(w http.ResponseWriter, stall time.Duration) *sse {
+	return &sse{streamWriter{w: w, rc: http.NewResponseController(w), stall: stall}}
 }
 
 func (s *sse) begin() {
@@ -60,16 +74,13 @@ func (s *sse) send(v any) error {
 	if err != nil {
 		return err
 	}
-	return s.write("data: " + string(data) + "\n\n")
+	return s.event("data: " + string(data) + "\n\n")
 }
 
 // done ends the stream.
-func (s *sse) done() error { return s.write("data: [DONE]\n\n") }
+func (s *sse) done() error { return s.event("data: [DONE]\n\n") }
 
-func (s *sse) write(text string) error {
+func (s *sse) event(text string) error {
 	s.begin()
-	if _, err := s.w.Write([]byte(text)); err != nil {
-		return err
-	}
-	return s.rc.Flush()
+	return s.write([]byte(text))
 }
