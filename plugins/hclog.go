@@ -1,11 +1,13 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -215,6 +217,84 @@ func (a *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 		a.Info(strings.TrimRight(string(p), "\n"))
 		return len(p), nil
 	})
+}
+
+// syncStdout and syncStderr receive what the plugin writes to os.Stdout and
+// os.Stderr while it serves: go-plugin points those at its stdio stream
+// after the handshake, and drops the stream unless the host takes it, so an
+// author's debugging output would vanish without a word. A stdout line is a
+// warning (stdout is not the plugin's to use); a stderr line is filed as
+// go-plugin files the plugin's own stderr lines (hclog JSON at its level,
+// plain text at debug) and remembered for error reports.
+func (a *hclogAdapter) syncStdout() io.Writer {
+	from := a.Named(a.stderrName).(*hclogAdapter)
+	return &lineWriter{line: func(line string) {
+		from.recent.add(clip("stdout: "+line, recentLen))
+		from.Warn("plugin wrote to stdout, which carries only the go-plugin handshake; log to stderr with slog instead", "text", clip(line, recentLen))
+	}}
+}
+
+func (a *hclogAdapter) syncStderr() io.Writer {
+	from := a.Named(a.stderrName).(*hclogAdapter)
+	raw := from.recent.raw()
+	return &lineWriter{line: func(line string) {
+		_, _ = raw.Write([]byte(line))
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			from.Debug(line)
+			return
+		}
+		msg, _ := rec["@message"].(string)
+		level, _ := rec["@level"].(string)
+		delete(rec, "@message")
+		delete(rec, "@level")
+		delete(rec, "@timestamp")
+		keys := make([]string, 0, len(rec))
+		for k := range rec {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		args := make([]any, 0, 2*len(keys))
+		for _, k := range keys {
+			args = append(args, k, rec[k])
+		}
+		from.Log(hclog.LevelFromString(level), msg, args...)
+	}}
+}
+
+// lineWriter calls line for every complete line written to it (go-plugin's
+// stdio stream delivers chunks as they were read); an overlong line is
+// passed on in pieces of maxLineBytes.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  []byte
+	line func(string)
+}
+
+const maxLineBytes = 64 << 10
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 && len(w.buf) >= maxLineBytes {
+			i = maxLineBytes
+		}
+		if i < 0 {
+			break
+		}
+		w.line(strings.TrimRight(string(w.buf[:i]), "\r"))
+		if i < len(w.buf) && w.buf[i] == '\n' {
+			i++
+		}
+		w.buf = w.buf[i:]
+	}
+	if len(w.buf) == 0 {
+		w.buf = nil // do not keep a large backing array alive
+	}
+	return len(p), nil
 }
 
 type writerFunc func([]byte) (int, error)

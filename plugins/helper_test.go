@@ -193,6 +193,12 @@ func (f *faulty) Propose(ctx context.Context, r *draftv1.ProposeRequest) (*draft
 		resp.Tokens = append(resp.Tokens, resp.Tokens[0])
 	case "outside":
 		resp.Tokens[0] = int32(targetSpec.Vocab + 3)
+	case "chatty":
+		if f.proposals == 1 {
+			// An author's debugging output, after the handshake.
+			fmt.Println("chatty: the frobnicator says hello")
+			fmt.Fprintln(os.Stderr, "chatty: the frobnicator is warm")
+		}
 	}
 	resp.Dist.Probs = wire.Float32Bytes(probs)
 	return resp, nil

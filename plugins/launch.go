@@ -177,8 +177,10 @@ func (h *Host) launch(ctx context.Context, c *Candidate, sha string) (*process, 
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: sockets},
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(sdk.MaxMessageSize), grpc.MaxCallSendMsgSize(sdk.MaxMessageSize))},
-		Logger: logger,
-		Stderr: logger.recent.raw(),
+		Logger:     logger,
+		Stderr:     logger.recent.raw(),
+		SyncStdout: logger.syncStdout(),
+		SyncStderr: logger.syncStderr(),
 	})
 	p := &process{name: name, path: c.Path, client: client, cmd: cmd, cancel: cancel, log: logger}
 	// Tracked from now on, so that Close ends it even while it starts.

@@ -19,7 +19,9 @@ import (
 // on to the real stdout; anything else before it — a dependency printing a
 // banner — ends the plugin with a message on stderr, since the host could
 // not parse it ("Unrecognized remote plugin message"). After the handshake,
-// stray output is logged on stderr.
+// what reaches descriptor 1 (C code printing) is logged on stderr; Go's
+// os.Stdout and os.Stderr are by then go-plugin's stdio stream, which the
+// host logs.
 func guardStdout(stderr *os.File) error {
 	realFD, err := unix.Dup(1)
 	if err != nil {
