@@ -67,6 +67,10 @@ func loadBlock(cfg *LoadConfig, d model.BlockDraft) (loaded, error) {
 		}
 	}
 	mlx.Sweep()
+	if err := checkCaches(d); err != nil {
+		b.free()
+		return nil, err
+	}
 	bs, mask := d.BlockParams()
 	if bs < 2 {
 		b.free()
@@ -91,6 +95,29 @@ func loadBlock(cfg *LoadConfig, d model.BlockDraft) (loaded, error) {
 		}
 	}
 	return b, nil
+}
+
+// checkCaches makes one set of the draft's caches, as every session will:
+// a draft session keeps its context offset in the first cache, so a draft
+// without caches would fail each Open with an index out of range.
+func checkCaches(d model.BlockDraft) error {
+	caches := d.NewCaches()
+	defer func() {
+		for _, c := range caches {
+			if c != nil {
+				c.Free()
+			}
+		}
+	}()
+	if len(caches) == 0 {
+		return errors.New("NewCaches returned no cache: a block draft returns one cache per draft layer, at least one (the draft session keeps its context offset in the first)")
+	}
+	for i, c := range caches {
+		if c == nil {
+			return fmt.Errorf("NewCaches returned a nil cache at index %d", i)
+		}
+	}
+	return nil
 }
 
 // readWeights reads a checkpoint folder's tensors; a folder without weight
