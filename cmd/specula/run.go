@@ -16,6 +16,7 @@ import (
 	"github.com/specula-dev/specula/plugins"
 	"github.com/specula-dev/specula/registry"
 	"github.com/specula-dev/specula/server"
+	"github.com/specula-dev/specula/speculation"
 	"github.com/specula-dev/specula/tokenizer"
 )
 
@@ -462,6 +463,13 @@ func statsLine(r *engine.Response) string {
 		b.WriteString("]")
 	} else {
 		fmt.Fprintf(&b, ", no drafting: %s", st.DepthPolicy)
+	}
+	// A draft plugin's fault ends drafting for the request; the line says
+	// so, or a crashed plugin would read as a draft that merely declined.
+	for _, reason := range []string{speculation.FallbackPluginCrash, speculation.FallbackPluginTimeout, speculation.FallbackPluginInvalid} {
+		if st.Fallback[reason] > 0 {
+			fmt.Fprintf(&b, ", draft plugin fault: %s (the rest decoded plainly)", reason)
+		}
 	}
 	fmt.Fprintf(&b, " (%s)", r.DoneReason)
 	return b.String()
