@@ -59,8 +59,8 @@ type Candidate struct {
 	// Digest is the binary's SHA-256 (lowercase hex), or "" when it could
 	// not be read.
 	Digest string
-	// SumFile is the digest its _SHA256SUM file states, or "" when there is
-	// no such file.
+	// SumFile is the digest its _SHA256SUM file states (lowercase hex), or
+	// "" when there is no such file or it states none.
 	SumFile string
 	// Problem says why the binary cannot be used, or "".
 	Problem string
@@ -111,7 +111,11 @@ func inspect(path, dirProblem string) Candidate {
 	}
 	c.File = fn
 	if sum, err := os.ReadFile(path + sdk.ChecksumSuffix); err == nil {
-		c.SumFile = strings.TrimSpace(string(sum))
+		var problem string
+		c.SumFile, problem = parseSumFile(string(sum), filepath.Base(path))
+		if problem != "" {
+			c.Problem = problem
+		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		c.Problem = fmt.Sprintf("reading %s: %v", path+sdk.ChecksumSuffix, err)
 	}
@@ -121,6 +125,8 @@ func inspect(path, dirProblem string) Candidate {
 	}
 	c.Digest, err = digestOf(path)
 	switch {
+	case c.Problem != "":
+		// The _SHA256SUM file is unreadable or malformed.
 	case err != nil:
 		c.Problem = fmt.Sprintf("reading %s: %v", path, err)
 	case dirProblem != "":
@@ -129,6 +135,28 @@ func inspect(path, dirProblem string) Candidate {
 		c.Problem = fmt.Sprintf("%s states %s but the binary's SHA-256 is %s (tampering or a broken install: reinstall the plugin)", filepath.Base(path)+sdk.ChecksumSuffix, c.SumFile, c.Digest)
 	}
 	return c
+}
+
+// parseSumFile reads the digest a _SHA256SUM file beside the binary base
+// states: the lowercase hex digest alone, as `make plugins` writes it, or a
+// line of `sha256sum <binary>` output (the digest, then the file name after
+// "  " or " *", folder included); hex digits in either case. It returns the
+// digest in lowercase, or a problem naming what is wrong.
+func parseSumFile(content, base string) (digest, problem string) {
+	file := base + sdk.ChecksumSuffix
+	fix := fmt.Sprintf("write it with sha256sum %s | cut -d' ' -f1 > %s", base, file)
+	fields := strings.Fields(content)
+	if len(fields) == 0 || !validDigest(strings.ToLower(fields[0])) {
+		return "", fmt.Sprintf("%s holds no SHA-256 digest (64 hex digits); %s", file, fix)
+	}
+	digest = strings.ToLower(fields[0])
+	switch {
+	case len(fields) == 1:
+		return digest, ""
+	case len(fields) == 2 && filepath.Base(strings.TrimPrefix(fields[1], "*")) == base:
+		return digest, ""
+	}
+	return "", fmt.Sprintf("%s names %q, not %s; %s", file, strings.Join(fields[1:], " "), base, fix)
 }
 
 // fileProblem checks that path (after symbolic links) is a regular

@@ -121,3 +121,41 @@ func TestSearchPath(t *testing.T) {
 		t.Fatalf("SearchPath with XDG_CONFIG_HOME = %s", got)
 	}
 }
+
+// A _SHA256SUM file written by `sha256sum <binary> > <binary>_SHA256SUM`
+// (the digest, two spaces or " *", then the file name, possibly with its
+// folder) or holding the digest in uppercase states the binary's digest; one
+// naming another file, or holding no digest, is reported as such rather than
+// as a digest that disagrees with itself.
+func TestSumFileFormats(t *testing.T) {
+	dir := t.TempDir()
+	base := fileName("acme", "1.0.0")
+	p := install(t, dir, base, "one", 0o755, "")
+	d, _ := digestOf(p)
+	for _, sum := range []string{
+		d + "  " + base,
+		d + " *" + base,
+		d + "  build/plugins/" + base,
+		strings.ToUpper(d),
+	} {
+		if err := os.WriteFile(p+sdk.ChecksumSuffix, []byte(sum+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := Find([]string{dir}, "acme", d); err != nil || c.Path != p {
+			t.Fatalf("_SHA256SUM %q: Find = %v, %v", sum, c, err)
+		}
+	}
+	for _, c := range []struct{ sum, want string }{
+		{d + "  specula-plugin-other_v1.0.0_x1.0_linux_amd64", `names "specula-plugin-other_v1.0.0_x1.0_linux_amd64", not ` + base},
+		{"", "holds no SHA-256 digest"},
+		{"not-a-digest", "holds no SHA-256 digest"},
+	} {
+		if err := os.WriteFile(p+sdk.ChecksumSuffix, []byte(c.sum+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Find([]string{dir}, "acme", d)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "tampering") {
+			t.Fatalf("_SHA256SUM %q: err = %v, want one saying %q", c.sum, err, c.want)
+		}
+	}
+}
