@@ -225,9 +225,12 @@ func Find(dirs []string, name, sha string) (*Candidate, error) {
 	if err != nil {
 		return nil, err
 	}
-	var seen []string
+	var seen, near []string
 	for i := range all {
 		c := &all[i]
+		if why := nearMiss(c, name); why != "" {
+			near = append(near, why)
+		}
 		if c.File.Name != name || !c.Compatible() {
 			continue
 		}
@@ -244,8 +247,36 @@ func Find(dirs []string, name, sha string) (*Candidate, error) {
 		seen = append(seen, fmt.Sprintf("%s (v%s, sha256 %s)", c.Path, c.File.Version, d))
 	}
 	want := fmt.Sprintf("%s%s_v<version>_x%d.<minor>_%s_%s", sdk.FilePrefix, name, sdk.APIMajor, runtime.GOOS, runtime.GOARCH)
-	if len(seen) == 0 {
-		return nil, fmt.Errorf("no binary for plugin %s in %s (want a file named %s); install it there, or pass its folder with --plugin-dir or %s", name, strings.Join(dirs, ":"), want, EnvPath)
+	unusable := ""
+	if len(near) > 0 {
+		unusable = ". Unusable: " + strings.Join(near, "; ")
 	}
-	return nil, fmt.Errorf("no binary of plugin %s has the manifest's sha256 %s; candidates: %s. Install the binary the manifest names, or update its sha256 if you trust the new one", name, sha, strings.Join(seen, "; "))
+	if len(seen) == 0 {
+		return nil, fmt.Errorf("no binary for plugin %s in %s (want a file named %s); install it there, or pass its folder with --plugin-dir or %s%s", name, strings.Join(dirs, ":"), want, EnvPath, unusable)
+	}
+	return nil, fmt.Errorf("no binary of plugin %s has the manifest's sha256 %s; candidates: %s. Install the binary the manifest names, or update its sha256 if you trust the new one%s", name, sha, strings.Join(seen, "; "), unusable)
+}
+
+// nearMiss says why c, a file that looks like a binary of plugin name, is
+// not a candidate: its file name does not parse (a missing v, an uppercase
+// letter, no platform suffix), or it is built for another OS, architecture
+// or plugin API. It returns "" for a usable candidate and for other
+// plugins' files.
+func nearMiss(c *Candidate, name string) string {
+	base := filepath.Base(c.Path)
+	switch {
+	case c.File.Name == "":
+		rest, ok := strings.CutPrefix(strings.ToLower(base), sdk.FilePrefix+name)
+		if ok && (rest == "" || rest[0] == '_') {
+			return fmt.Sprintf("%s: %s", c.Path, c.Problem)
+		}
+	case c.File.Name == name && !c.Compatible():
+		return fmt.Sprintf("%s: %s", c.Path, c.incompatibility())
+	}
+	return ""
+}
+
+// incompatibility says how an incompatible binary differs from this host.
+func (c *Candidate) incompatibility() string {
+	return fmt.Sprintf("built for %s_%s, plugin API x%d; this host is %s, API x%d", c.File.OS, c.File.Arch, c.File.APIMajor, hostOS, sdk.APIMajor)
 }

@@ -159,3 +159,32 @@ func TestSumFileFormats(t *testing.T) {
 		}
 	}
 }
+
+// When no binary of a plugin can be used, Find names the files that look
+// like one but are misnamed or built for another platform or API, with what
+// is wrong, instead of only the pattern it wanted.
+func TestFindNamesNearMisses(t *testing.T) {
+	for _, c := range []struct{ file, want string }{
+		{"specula-plugin-acme_1.0.0_x1.0_" + runtime.GOOS + "_" + runtime.GOARCH, "is not a plugin file name"},
+		{"specula-plugin-acme", "is not a plugin file name"},
+		{"specula-plugin-Acme_v1.0.0_x1.0_" + runtime.GOOS + "_" + runtime.GOARCH, "is not a plugin file name"},
+		{"specula-plugin-acme_v1.0_x1.0_" + runtime.GOOS + "_" + runtime.GOARCH, "not a semantic version"},
+		{"specula-plugin-acme_v1.0.0_x2.0_" + runtime.GOOS + "_" + runtime.GOARCH, "plugin API x2"},
+		{"specula-plugin-acme_v1.0.0_x1.0_plan9_mips", "built for plan9_mips"},
+	} {
+		dir := t.TempDir()
+		p := install(t, dir, c.file, "one", 0o755, "")
+		d, _ := digestOf(p)
+		_, err := Find([]string{dir}, "acme", d)
+		if err == nil || !strings.Contains(err.Error(), c.file) || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: err = %v, want it named with %q", c.file, err, c.want)
+		}
+	}
+	// Other plugins' files are not near misses.
+	dir := t.TempDir()
+	install(t, dir, "specula-plugin-acmex_1.0.0", "one", 0o755, "")
+	_, err := Find([]string{dir}, "acme", strings.Repeat("a", 64))
+	if err == nil || strings.Contains(err.Error(), "acmex") {
+		t.Fatalf("err = %v, want no mention of plugin acmex", err)
+	}
+}

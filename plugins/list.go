@@ -41,7 +41,7 @@ func List(ctx context.Context, dirs []string) ([]Listing, error) {
 		case !c.Usable():
 			l.Status = c.Problem
 		case !c.Compatible():
-			l.Status = fmt.Sprintf("built for %s_%s, plugin API x%d; this host is %s, API x%d", c.File.OS, c.File.Arch, c.File.APIMajor, hostOS, sdk.APIMajor)
+			l.Status = c.incompatibility()
 		default:
 			d, err := DescribeBinary(ctx, c.Path)
 			switch {
