@@ -114,6 +114,9 @@ type Proposer interface {
 	// committed context (the tokens at slots 0 … len(context)−1; anchor is
 	// the token after them, not yet in the context). Nil or empty declines.
 	// Proposals are deterministic: each token is sent with probability 1.
+	// Every id must lie in the target's vocabulary (LoadConfig.Target's
+	// VocabSize): the SDK cuts a proposal before the first id outside it and
+	// drops tokens past max, logging a warning the first time.
 	Propose(context []int32, anchor int32, max int) []int32
 }
 
@@ -132,7 +135,7 @@ func TokenDraft(name string, maxDepth int, newProposer func(cfg *LoadConfig) (Pr
 			if err != nil {
 				return nil, err
 			}
-			return &tokenLoaded{p: p, maxDepth: maxDepth, vocab: cfg.Target.VocabSize}, nil
+			return &tokenLoaded{name: name, p: p, maxDepth: maxDepth, vocab: cfg.Target.VocabSize}, nil
 		},
 	}
 }

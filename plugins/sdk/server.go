@@ -94,6 +94,9 @@ func (s *Server) Load(ctx context.Context, req *draftv1.LoadRequest) (*draftv1.L
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "loading %s from %s: %v", arch.Name, cfg.CheckpointDir, err)
 	}
+	if t, ok := d.(*tokenLoaded); ok {
+		t.log = s.log
+	}
 	if cfg.CheckOnly {
 		resp := d.response()
 		d.free()

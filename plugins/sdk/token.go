@@ -1,15 +1,33 @@
 package sdk
 
 import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
 	"github.com/specula-dev/specula/plugins/internal/wire"
 	"github.com/specula-dev/specula/plugins/proto/draftv1"
 )
 
 // tokenLoaded serves a token-level Proposer.
 type tokenLoaded struct {
+	name     string // the architecture
 	p        Proposer
 	maxDepth int
 	vocab    int
+
+	// log receives the warnings about proposals that break the Proposer
+	// contract, each kind once per loaded draft (a proposer gets it wrong
+	// every round); nil until the server sets it.
+	log                 *slog.Logger
+	warnedID, warnedLen atomic.Bool
+}
+
+// warnOnce logs a broken proposal the first time flag is unset.
+func (t *tokenLoaded) warnOnce(flag *atomic.Bool, msg string, args ...any) {
+	if t.log != nil && flag.CompareAndSwap(false, true) {
+		t.log.Warn(fmt.Sprintf("architecture %s: Propose %s (reported once)", t.name, fmt.Sprintf(msg, args...)))
+	}
 }
 
 func (t *tokenLoaded) response() *draftv1.LoadResponse {
@@ -50,9 +68,19 @@ func (s *tokenSession) propose(req *draftv1.ProposeRequest) (*draftv1.ProposeRes
 	if n <= 0 || len(s.history) == 0 {
 		return &draftv1.ProposeResponse{}, nil
 	}
+	// The host would refuse the whole proposal; the SDK keeps what comes
+	// before the first bad id and tells the author.
 	var out []int32
-	for _, tok := range s.t.p.Propose(s.history, req.GetAnchor(), n) {
-		if len(out) == n || tok < 0 || (s.t.vocab > 0 && int(tok) >= s.t.vocab) {
+	got := s.t.p.Propose(s.history, req.GetAnchor(), n)
+	if len(got) > n {
+		s.t.warnOnce(&s.t.warnedLen, "returned %d tokens, more than the %d asked for; the rest are dropped", len(got), n)
+	}
+	for _, tok := range got {
+		if len(out) == n {
+			break
+		}
+		if tok < 0 || (s.t.vocab > 0 && int(tok) >= s.t.vocab) {
+			s.t.warnOnce(&s.t.warnedID, "returned token %d, outside the target's vocabulary [0, %d); the proposal is cut before it", tok, s.t.vocab)
 			break
 		}
 		out = append(out, tok)
