@@ -428,7 +428,9 @@ func (r *resolver) lookup(p *part) error {
 		}
 		msg := fmt.Sprintf("[%s] %s is not registered", p.table, p.describe())
 		if len(ue.Known) == 0 {
-			msg += "; no architectures are registered in this program"
+			// Only a program embedding the engine gets here (cmd/specula
+			// imports arch/all): a plugin author's test, typically.
+			msg += "; no architectures are registered in this program (a program that loads manifests registers specula's own by importing github.com/specula-dev/specula/arch/all)"
 		} else {
 			msg += "; known: " + strings.Join(ue.Known, ", ")
 			if s := suggest(p.comp.Requested, ue.Known); s != "" {

@@ -266,7 +266,7 @@ func TestResolveErrors(t *testing.T) {
 			kind: manifests.ErrArchitecture, wantAs: new(*registry.UnknownError),
 			want: `:7: [draft] architecture "EagleDraftModel" (config.json architectures[0]) is not registered; known: `},
 		{name: "empty registry", emptyReg: true, kind: manifests.ErrArchitecture,
-			want: `:3: [target] architecture "Qwen3_5ForCausalLM" (config.json architectures[0]) is not registered; no architectures are registered in this program`},
+			want: `:3: [target] architecture "Qwen3_5ForCausalLM" (config.json architectures[0]) is not registered; no architectures are registered in this program (a program that loads manifests registers specula's own by importing github.com/specula-dev/specula/arch/all)`},
 		{name: "target architecture in [draft]", draftExtra: `architecture = "Qwen3_5ForCausalLM"`, kind: manifests.ErrArchitecture,
 			want: `:9: [draft] architecture "Qwen3_5ForCausalLM" is a target architecture; [draft] needs a draft (known drafts: DFlash2DraftModel, DFlashDraftModel, PlainDraft)`},
 		{name: "draft architecture in [target]", targetExtra: `architecture = "DFlashDraftModel"`, kind: manifests.ErrArchitecture,
