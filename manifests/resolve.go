@@ -591,9 +591,14 @@ func (r *resolver) fit(target, draft *part) error {
 	}
 	dt, ok := capability[model.DraftTarget](target.comp, model.CapDraftTarget)
 	if !ok {
+		why := fmt.Sprintf("draft %s uses its target's embeddings, head and layer taps (model.TargetUser)", dn)
+		if plugin := draft.entry.Plugin(); plugin != "" {
+			// The host's proxy is a TargetUser for every plugin draft; a
+			// token-level one reads nothing but the target's sizes.
+			why = fmt.Sprintf("a plugin draft (%s of plugin %s) is given its target through it, whatever the draft reads (sizes only, or feature rows too)", dn, plugin)
+		}
 		return r.errorf("target.capabilities", ErrFit,
-			`[target] must declare capability "draft-target": draft %s uses its target's embeddings, head and layer taps (model.TargetUser), and %s%s`,
-			dn, tn, providesDraftTarget(target.entry))
+			`[target] must declare capability "draft-target": %s, and %s%s`, why, tn, providesDraftTarget(target.entry))
 	}
 	if err := attach(user, dt); err != nil {
 		return &Error{File: r.m.Path, Line: r.m.line("draft.path"), Kind: ErrFit,

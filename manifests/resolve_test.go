@@ -570,6 +570,20 @@ func TestResolvePlugins(t *testing.T) {
 			t.Errorf("mode = %s", p.Speculation.Mode)
 		}
 	})
+	t.Run("a plugin draft paired with a target not declaring draft-target", func(t *testing.T) {
+		// The host's proxy implements model.TargetUser for every plugin
+		// draft, token-level ones included: the message must not claim the
+		// draft reads the target's embeddings and taps.
+		archs := []registry.PluginArch{{Name: "DFlash3DraftModel", Kind: registry.KindDraft, Capabilities: model.Capabilities{model.CapDraft, model.CapBlockDraft},
+			New: func(c registry.Config) (any, error) { return &userProxy{}, nil }}}
+		var calls []string
+		m := writeManifest(t, pair(qwen, `["model"]`, ``, dflash, blockCaps, "architecture = \"DFlash3DraftModel\"\nplugin = \"acme-dflash3\"\nsha256 = \""+sha+"\""))
+		_, err := manifests.Resolve(ctx, m, fakes(t), manifests.Options{LoadPlugin: load(archs, &calls)})
+		want := `[target] must declare capability "draft-target": a plugin draft (DFlash3DraftModel of plugin acme-dflash3) is given its target through it, whatever the draft reads (sizes only, or feature rows too), and Qwen3_5ForCausalLM provides it: add "draft-target" to [target] capabilities`
+		if !errors.Is(err, manifests.ErrFit) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Resolve = %v\nwant %s", err, want)
+		}
+	})
 	t.Run("a capability the plugin does not declare", func(t *testing.T) {
 		var calls []string
 		_, err := manifests.Resolve(ctx, writeManifest(t, doc), fakes(t), manifests.Options{LoadPlugin: load(describe(model.CapDraft), &calls)})
@@ -720,3 +734,9 @@ func TestResolveTargetOnly(t *testing.T) {
 		})
 	}
 }
+
+// userProxy stands for the plugin host's proxy, which is a model.TargetUser
+// for every plugin draft.
+type userProxy struct{}
+
+func (*userProxy) AttachTarget(model.DraftTarget) error { return nil }
