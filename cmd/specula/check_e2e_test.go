@@ -75,7 +75,7 @@ func TestE2ECheckCatchesWhatRunWouldRefuse(t *testing.T) {
 		{"plugin draft with another hidden size", rewrite(t, manifest, draftDir, `"`+narrow+`"`),
 			"does not fit target Qwen3_5ForCausalLM: plugin dflash: checking DFlashDraftModel against the target: loading DFlashDraftModel from " + narrow + ": attaching the target: hidden_size 32 differs from the target's hidden size 64"},
 		{"plugin draft over a target without draft-target", rewrite(t, manifest, `capabilities = ["model", "draft-target"]`, `capabilities = ["model"]`),
-			`[target] must declare capability "draft-target": draft DFlashDraftModel uses its target's embeddings`},
+			`[target] must declare capability "draft-target": a plugin draft (DFlashDraftModel of plugin dflash) is given its target through it`},
 		{"plugin draft folder holding the target's tensors", rewrite(t, manifest, draftDir, `"`+swapped+`"`),
 			"does not fit target Qwen3_5ForCausalLM: plugin dflash: checking DFlashDraftModel against the target: loading DFlashDraftModel from " + swapped + ": loading weights: DFlashDraftModel: checkpoint does not match"},
 		{"built-in draft folder holding the target's tensors", rewrite(t, builtin, draftDir, `"`+swapped+`"`),
