@@ -452,21 +452,7 @@ func TestEOSWithoutTokenizer(t *testing.T) {
 	} {
 		files := tc.files
 		t.Run(name, func(t *testing.T) {
-			src := fixtures.Dir(t, "qwen35-tiny")
-			dir := t.TempDir()
-			if err := os.Symlink(filepath.Join(src, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var m map[string]any
-			if err := json.Unmarshal(cfg, &m); err != nil {
-				t.Fatal(err)
-			}
-			m["eos_token_id"] = tc.configEOS
-			files["config.json"] = mustJSON(t, m)
+			dir := fixtures.WithConfig(t, "qwen35-tiny", "eos_token_id", tc.configEOS)
 			for f, content := range files {
 				if err := os.WriteFile(filepath.Join(dir, f), []byte(content), 0o644); err != nil {
 					t.Fatal(err)
@@ -487,13 +473,4 @@ func TestEOSWithoutTokenizer(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mustJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/specula-dev/specula/internal/fixtures"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -246,7 +247,7 @@ func TestCheckBrokenManifests(t *testing.T) {
 // instead of "ok: runnable". The tensors are bound by name and shape only.
 func TestCheckTargetTensorsMismatchConfig(t *testing.T) {
 	ensureArchs(t)
-	ck := fixtureConfigWith(t, "qwen35-tiny", "intermediate_size", 256) // the fixture's MLP is 128 wide
+	ck := fixtures.WithConfig(t, "qwen35-tiny", "intermediate_size", 256) // the fixture's MLP is 128 wide
 	m := filepath.Join(filepath.Dir(ck), "m.toml")
 	if err := os.WriteFile(m, []byte("schema = 1\n[target]\npath = \""+filepath.Base(ck)+"\"\ncapabilities = [\"model\"]\ndtype = \"float32\"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,7 +33,7 @@ func TestCheckConfigValueOfTheWrongType(t *testing.T) {
 		{"dflash-tiny", "dflash_config.block_size", 8.5, `field "dflash_config.block_size" is 8.5, want an integer`},
 	} {
 		t.Run(c.fixture+" "+c.key, func(t *testing.T) {
-			dir := fixtureConfigWith(t, c.fixture, c.key, c.value)
+			dir := fixtures.WithConfig(t, c.fixture, c.key, c.value)
 			m := manifest(dir, draft)
 			if c.fixture == "dflash-tiny" {
 				m = manifest(target, dir)
@@ -47,35 +46,4 @@ func TestCheckConfigValueOfTheWrongType(t *testing.T) {
 			}
 		})
 	}
-}
-
-// fixtureConfigWith copies fixture name's config.json into a new folder with
-// one value replaced (at path, a dotted key), links the fixture's weights
-// beside it, and returns the folder.
-func fixtureConfigWith(t *testing.T, name, path string, v any) string {
-	t.Helper()
-	dir := t.TempDir()
-	src := fixtures.Dir(t, name)
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	m := cfg
-	keys := strings.Split(path, ".")
-	for _, k := range keys[:len(keys)-1] {
-		m = m[k].(map[string]any)
-	}
-	m[keys[len(keys)-1]] = v
-	out, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(src, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,31 +11,11 @@ import (
 	"github.com/specula-dev/specula/internal/fixtures"
 )
 
-// shortContextTarget writes a copy of the fixture target whose config says
-// it was trained for n positions (the weights are linked, not copied).
+// shortContextTarget is the fixture target with a config that says it was
+// trained for n positions (the weights are linked, not copied).
 func shortContextTarget(t *testing.T, n int) string {
 	t.Helper()
-	src := fixtures.Dir(t, "qwen35-tiny")
-	dir := t.TempDir()
-	b, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["max_position_embeddings"] = n
-	if b, err = json.Marshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(src, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return fixtures.WithConfig(t, "qwen35-tiny", "max_position_embeddings", n)
 }
 
 // A budget past the target's max_position_embeddings runs with one warning
