@@ -25,7 +25,8 @@
 #              SPECULA_PIPELINE; SPECULA_SEGMENTS compares the compiled
 #              segments with the layer-by-layer graph)
 #   DEPTH      the oracle's depth (default 7)
-#   BANDWIDTH  bytes/s of the memory (default 4.8e12, an H200's HBM): the
+#   BANDWIDTH  bytes/s of the memory (default: the GPU's, from its name, see
+#              scripts/gpu-bandwidth.sh; none for a GPU it does not know): the
 #              table's "bw %" is tok/s × weight bytes / BANDWIDTH
 #   OUT        folder for checkpoints and reports (default /tmp/specula-split);
 #              KEEP=0 removes each shape's checkpoint after its runs
@@ -85,9 +86,10 @@ PY
   if [ "${KEEP:-1}" = 0 ]; then rm -rf "$dir/target"; fi
 done
 
-"$python" - "$out" "$dtype" "$layers" "${BANDWIDTH:-4.8e12}" "$vary" "${shapes[@]}" <<'PY'
+bandwidth="${BANDWIDTH:-$("$root/scripts/gpu-bandwidth.sh")}"
+"$python" - "$out" "$dtype" "$layers" "$bandwidth" "$vary" "${shapes[@]}" <<'PY'
 import json, sys, pathlib, statistics
-out, dtype, layers, bw, vary = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+out, dtype, layers, bw, vary = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4] or 0), sys.argv[5]
 shapes = sys.argv[6:]
 med = statistics.median
 print(f"random Qwen3.5 shapes, {dtype}, layers {'as released' if layers == '0' else layers}; ms are means per step/round after the first token,")
@@ -112,7 +114,7 @@ for shape in shapes:
         acc = med([r["oracle"][0].get("mean_acceptance_length", 0) for r in runs])
         step, rnd = hd("plain", "round_ms"), hd("oracle", "round_ms")
         split = lambda m: f"{hd(m, 'build_ms'):.2f}/{hd(m, 'submit_ms'):.2f}/{hd(m, 'wait_ms'):.2f}"
-        rows.append((shape, "on" if p == "1" else "off", f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes else "-",
+        rows.append((shape, "on" if p == "1" else "off", f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes and bw else "-",
                      f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}"))
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:

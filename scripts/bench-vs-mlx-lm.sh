@@ -18,9 +18,8 @@
 #     MLX-format checkpoint `specula quantize` writes from the synth target
 #     (mlx-lm loads it as it loads mlx-community checkpoints); the summary
 #     adds the checkpoint's bytes, which every decoded token reads once.
-#   BANDWIDTH=bytes/s (default on a GPU: its HBM's rate from its name, as
-#     nvidia-smi gives it: H200 4.8e12, H100 SXM 3.35e12, H100 NVL 3.9e12,
-#     H100 PCIe 2.0e12; another GPU or none gives no fraction; none on the
+#   BANDWIDTH=bytes/s (default on a GPU: its rate from its name, see
+#     scripts/gpu-bandwidth.sh; a GPU it does not know gives no fraction; none on the
 #     CPU): the summary gives each engine's fraction of the bandwidth bound,
 #     tok/s × active bytes / BANDWIDTH, where the active bytes are what one
 #     decoded token reads: every weight but the experts it is not routed to
@@ -79,7 +78,8 @@ fi
 first="$(head -n1 "$out/prompts.jsonl" | tr -d '[] ')"
 "$specula" run -m "$manifest" --ids "$first" --max-tokens "$tokens" --json --quiet > "$out/specula_run.json"
 
-"$PYTHON" - "$out" "$shape" "$layers" "$dtype" "$target" "${QUANT:-}" "${BANDWIDTH:-}" <<'PY'
+gpu_bandwidth="$("$root/scripts/gpu-bandwidth.sh")"
+"$PYTHON" - "$out" "$shape" "$layers" "$dtype" "$target" "${QUANT:-}" "${BANDWIDTH:-}" "$gpu_bandwidth" <<'PY'
 import json, struct, sys, pathlib
 out = pathlib.Path(sys.argv[1])
 target = pathlib.Path(sys.argv[5])
@@ -122,22 +122,7 @@ print(f"  specula: {s['median']:.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1
 print(f"  mlx-lm:  {m['tokens_per_second']['median']:.1f} tok/s (min {m['tokens_per_second']['min']:.1f}, max {m['tokens_per_second']['max']:.1f}), mlx {m['mlx_version']}")
 print(f"  ratio specula / mlx-lm: {s['median'] / m['tokens_per_second']['median']:.2f}")
 print(f"  greedy outputs agree: {'yes' if agree else 'NO'}")
-def gpu_bandwidth():
-    """The HBM rate of the first GPU nvidia-smi names, or 0 when it names
-    none this table knows (then BANDWIDTH must be given for a fraction)."""
-    import subprocess
-    try:
-        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20).stdout.splitlines()[0]
-    except (OSError, IndexError, subprocess.SubprocessError):
-        return 0
-    for key, rate in (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12)):
-        if key in name:
-            return rate
-    print(f"  no bandwidth known for {name!r}: set BANDWIDTH=bytes/s for the fraction of the bound")
-    return 0
-
-bandwidth = float(sys.argv[7]) if sys.argv[7] else (gpu_bandwidth() if "gpu" in str(m["device"]).lower() else 0)
+bandwidth = float(sys.argv[7]) if sys.argv[7] else (float(sys.argv[8]) if sys.argv[8] and "gpu" in str(m["device"]).lower() else 0)
 fractions = {}
 if bandwidth:
     for name, tps in (("specula", s["median"]), ("mlx-lm", m["tokens_per_second"]["median"])):
