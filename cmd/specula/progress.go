@@ -83,14 +83,18 @@ func (p *progressBar) abandon() {
 	p.phase, p.lastLen = "", 0
 }
 
+// humanBytes formats a byte count in decimal units (1 GB = 10^9 bytes): the
+// units of ollama's and mlx-lm's output and of our bandwidth figures (GB per
+// token, TB/s), so that a checkpoint's size and the bytes a token reads
+// compare directly.
 func humanBytes(n int64) string {
 	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
 	}
 	return fmt.Sprintf("%d B", n)
 }
