@@ -64,14 +64,19 @@ func TestRowsGEMVMatchesAndIsRowStable(t *testing.T) {
 }
 
 // BenchmarkRowsGEMV compares the few-row kernel with MLX's own product (its
-// gemv at 1 row, cuBLAS at 8) on Qwen3.5-4B's projection shapes, on the GPU:
-// 16 products per evaluation, so that the GPU's time rather than one
-// launch's is measured. It reports the weights' bandwidth in GB/s.
+// gemv at 1 row, cuBLAS at 8) on the projection shapes of Qwen3.5-4B and
+// -27B, on the GPU: 16 products per evaluation, so that the GPU's time
+// rather than one launch's is measured, each on its own copy of the weights
+// out of at least 512 MB of them, so that they stream from memory rather
+// than from the 50 MB L2 cache. It reports the weights' bandwidth in GB/s.
 func BenchmarkRowsGEMV(b *testing.B) {
 	shapes := []struct {
 		name string
 		k, n int
-	}{{"in", 2560, 12352}, {"down", 9216, 2560}, {"out", 4096, 2560}, {"head", 2560, 248320}}
+	}{
+		{"4B-in", 2560, 12352}, {"4B-down", 9216, 2560}, {"4B-out", 4096, 2560}, {"4B-head", 2560, 248320},
+		{"27B-mlp-in", 5120, 34816}, {"27B-down", 17408, 5120}, {"27B-out", 6144, 5120},
+	}
 	for _, sh := range shapes {
 		for _, rows := range []int{1, 8} {
 			for _, impl := range []string{"mlx", "kernel"} {
@@ -80,15 +85,24 @@ func BenchmarkRowsGEMV(b *testing.B) {
 						if !mlx.GPUAvailable() {
 							t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
 						}
-						w := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(1), mlx.Float32, 0, 0.05, sh.n, sh.k), mlx.BFloat16)
-						x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(2), mlx.Float32, 0, 1, 1, rows, sh.k), mlx.BFloat16)
-						mlx.Pin(w, x)
-						defer mlx.Free(w, x)
-						t.Eval(w, x)
 						const per = 16
+						copies := max(per, int(512e6/(2*float64(sh.n)*float64(sh.k))))
+						base := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(1), mlx.Float32, 0, 0.05, sh.n, sh.k), mlx.BFloat16)
+						ws := make([]*mlx.Array, copies)
+						for i := range ws {
+							// Distinct buffers: the weights times a scalar.
+							ws[i] = mlx.Multiply(base, mlx.Scalar(1+float64(i)/1024, mlx.BFloat16))
+						}
+						x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(2), mlx.Float32, 0, 1, 1, rows, sh.k), mlx.BFloat16)
+						mlx.Pin(append(ws, x)...)
+						defer mlx.Free(append(ws, x)...)
+						t.Eval(append(ws, x)...)
+						next := 0
 						run := func() {
 							outs := make([]*mlx.Array, per)
 							for i := range outs {
+								w := ws[next%copies]
+								next++
 								if impl == "mlx" {
 									outs[i] = mlx.Linear(x, w)
 								} else if outs[i] = rowsGEMV(x, w); outs[i] == nil {
