@@ -88,10 +88,11 @@ func (p *progressBar) abandon() {
 // token, TB/s), so that a checkpoint's size and the bytes a token reads
 // compare directly.
 func humanBytes(n int64) string {
+	// A unit starts where the one below would round to 1000.0.
 	switch {
-	case n >= 1e9:
+	case n >= 999_950_000:
 		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
+	case n >= 999_950:
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	case n >= 1e3:
 		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
