@@ -78,7 +78,9 @@ fi
 first="$(head -n1 "$out/prompts.jsonl" | tr -d '[] ')"
 "$specula" run -m "$manifest" --ids "$first" --max-tokens "$tokens" --json --quiet > "$out/specula_run.json"
 
-gpu_bandwidth="$("$root/scripts/gpu-bandwidth.sh")"
+# The GPU's rate by its name, looked up only when BANDWIDTH does not set one
+# (an unknown GPU's lookup asks for BANDWIDTH on stderr).
+gpu_bandwidth="$([ -n "${BANDWIDTH:-}" ] || "$root/scripts/gpu-bandwidth.sh")"
 "$PYTHON" - "$out" "$shape" "$layers" "$dtype" "$target" "${QUANT:-}" "${BANDWIDTH:-}" "$gpu_bandwidth" <<'PY'
 import json, struct, sys, pathlib
 out = pathlib.Path(sys.argv[1])
