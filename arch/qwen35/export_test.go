@@ -17,3 +17,18 @@ func CompiledSegments(m *Model) int {
 	}
 	return len(m.segs.funcs)
 }
+
+// SetEarlySubmit makes every forward of 2 to 32 rows hand its segments over
+// one by one on any device (true) or never (false), and returns a function
+// that restores the setting SPECULA_EARLY_SUBMIT gave.
+func SetEarlySubmit(on bool) (restore func()) {
+	was := earlySubmit
+	earlySubmit = earlySubmitOff
+	if on {
+		earlySubmit = earlySubmitAll
+	}
+	return func() { earlySubmit = was }
+}
+
+// EarlySubmits is how many segments forwards have handed over early.
+func EarlySubmits() int { return earlySubmits }

@@ -68,6 +68,52 @@ const maxSegmentFuncs = 512
 // op (the same values; for measuring what the segments save).
 var segmentsOff = os.Getenv("SPECULA_SEGMENTS") == "0"
 
+// earlySubmit says when a forward hands each segment to the device as soon
+// as it is built (AsyncEval of its outputs) instead of the caller
+// evaluating the whole forward once it is built: read once from
+// SPECULA_EARLY_SUBMIT ("0" never, "1" for every forward of 2 to
+// maxCompiledRows rows on any device; unset: those forwards on the GPU).
+//
+// Why: a verification is built after the previous round's verdict is read,
+// so the GPU idles while the host builds it (4.7 ms of a 24 ms round of the
+// 27B shapes on the H200, issue 19). Handed over segment by segment, the
+// GPU runs the first layers while the host builds the next. A decode step
+// does not need it: the decoder builds step t+1 while the GPU runs step t.
+// A long prefill is bound by the GPU. Values do not change: the same
+// graph, evaluated in parts.
+var earlySubmit = parseEarlySubmit(os.Getenv("SPECULA_EARLY_SUBMIT"))
+
+// earlySubmits counts the segments handed over early (worker-owned; the
+// tests read it).
+var earlySubmits int
+
+// Values of earlySubmit.
+const (
+	earlySubmitGPU = iota
+	earlySubmitOff
+	earlySubmitAll
+)
+
+// parseEarlySubmit maps a SPECULA_EARLY_SUBMIT value to earlySubmit.
+func parseEarlySubmit(v string) int {
+	switch v {
+	case "0":
+		return earlySubmitOff
+	case "1":
+		return earlySubmitAll
+	}
+	return earlySubmitGPU
+}
+
+// submitsEarly reports whether a forward of rows rows hands its segments
+// over one by one (earlySubmit).
+func submitsEarly(rows int) bool {
+	if rows < 2 || rows > maxCompiledRows || earlySubmit == earlySubmitOff {
+		return false
+	}
+	return earlySubmit == earlySubmitAll || mlx.CurrentDevice() == mlx.GPU
+}
+
 // planSegments cuts the layers at each attention layer.
 func planSegments(cfg *Config, taps []int) []segment {
 	var plan []segment
@@ -121,6 +167,9 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 		m.segs = &segments{plan: planSegments(m.cfg, m.taps), funcs: map[string]*mlx.Compiled{}}
 	}
 	L := h.Dim(1)
+	// A sharded model's forward holds collectives: every rank must submit
+	// them alike, so it keeps one evaluation.
+	early := submitsEarly(L) && m.shard == nil
 	var o, gate *mlx.Array // the attention output the next segment finishes
 	var taps []*mlx.Array
 	for s, seg := range m.segs.plan {
@@ -135,6 +184,11 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 			in = append(in, rc.ConvState(), rc.DeltaState())
 		}
 		out := m.callSegment(s, splits, in)
+		if early && s < len(m.segs.plan)-1 {
+			// An error surfaces at the caller's evaluation.
+			_ = mlx.AsyncEval(out...)
+			earlySubmits++
+		}
 		h, out = out[0], out[1:]
 		var q, k, v *mlx.Array
 		if seg.next >= 0 {

@@ -32,28 +32,10 @@ func TestSegmentsEqualLayerByLayer(t *testing.T) {
 		m := tiny(t, f, nil)
 		last := m.NumLayers() - 1
 		t.NoErr(m.SetLayerTaps([]int{1, last}))
-		p := f.Ref.PromptIDs
-		const prefix, k, keep, steps = 9, 6, 3, 5
 		run := func(off bool) (logits, aux *mlx.Array, caches []cache.Cache) {
 			was := qwen35.SetSegmentsOff(off)
 			defer qwen35.SetSegmentsOff(was)
-			caches = m.NewCaches()
-			var ls, as []*mlx.Array
-			forward := func(ids []int32) *mlx.Array {
-				l, a := step(m, caches, ids)
-				ls, as = append(ls, l), append(as, a)
-				t.Eval(append([]*mlx.Array{l, a}, qwen35test.CacheState(caches)...)...)
-				return l
-			}
-			forward(p[:prefix])
-			cache.Schedule(caches, prefix, k)
-			forward(p[prefix : prefix+k])
-			cache.Commit(caches, keep, k, prefix)
-			tok := p[prefix+keep]
-			for range steps {
-				tok = argmaxLast(t, forward([]int32{tok}))
-			}
-			return mlx.Concatenate(1, ls...), mlx.Concatenate(1, as...), caches
+			return decodeLikeSpeculation(t, m, f.Ref.PromptIDs)
 		}
 		wantLogits, wantAux, wantCaches := run(true)
 		if n := qwen35.CompiledSegments(m); n != 0 {
@@ -76,6 +58,74 @@ func TestSegmentsEqualLayerByLayer(t *testing.T) {
 			qwen35test.Within(t, "logits, max abs difference", maxAbs(t, gotLogits, wantLogits), pathLogitTol)
 			qwen35test.Within(t, "taps, relative difference", qwen35test.RelErr(t, gotAux, wantAux), qwen35test.PathStateTol)
 			return
+		}
+		if d := maxAbs(t, gotLogits, wantLogits); d != 0 {
+			t.Fatalf("logits differ by up to %g", d)
+		}
+		if d := maxAbs(t, gotAux, wantAux); d != 0 {
+			t.Fatalf("taps differ by up to %g", d)
+		}
+		for i := range gotCaches {
+			g, w := gotCaches[i].State(), wantCaches[i].State()
+			for j := range g {
+				if d := maxAbs(t, g[j], w[j]); d != 0 {
+					t.Fatalf("layer %d, cache state %d differs by up to %g", i, j, d)
+				}
+			}
+		}
+	})
+}
+
+// decodeLikeSpeculation runs m through what a speculative decoder asks of
+// the target — a prefill, a verification block of 6 with a rollback point
+// at every position and a commit that keeps 3 of it, then 5 single-token
+// steps — and returns the logits and taps of every forward, concatenated,
+// and the caches.
+func decodeLikeSpeculation(t *mlxtest.T, m *qwen35.Model, p []int32) (logits, aux *mlx.Array, caches []cache.Cache) {
+	const prefix, k, keep, steps = 9, 6, 3, 5
+	caches = m.NewCaches()
+	var ls, as []*mlx.Array
+	forward := func(ids []int32) *mlx.Array {
+		l, a := step(m, caches, ids)
+		ls, as = append(ls, l), append(as, a)
+		t.Eval(append([]*mlx.Array{l, a}, qwen35test.CacheState(caches)...)...)
+		return l
+	}
+	forward(p[:prefix])
+	cache.Schedule(caches, prefix, k)
+	forward(p[prefix : prefix+k])
+	cache.Commit(caches, keep, k, prefix)
+	tok := p[prefix+keep]
+	for range steps {
+		tok = argmaxLast(t, forward([]int32{tok}))
+	}
+	return mlx.Concatenate(1, ls...), mlx.Concatenate(1, as...), caches
+}
+
+// A verification handed to the device segment by segment (earlySubmit)
+// computes what one evaluation of the whole forward does, to the bit, on
+// any device (the same graph and kernels, evaluated in parts), through the
+// same prefill, verification, commit and steps as above; the prefill of 9
+// and the verification did go out in parts (one submission per segment but
+// the last: the tiny model has two segments), the steps did not.
+func TestEarlySubmitKeepsTheValues(t *testing.T) {
+	f := loadTiny(t)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		m := tiny(t, f, nil)
+		t.NoErr(m.SetLayerTaps([]int{1, m.NumLayers() - 1}))
+		run := func(early bool) (logits, aux *mlx.Array, caches []cache.Cache) {
+			defer qwen35.SetEarlySubmit(early)()
+			return decodeLikeSpeculation(t, m, f.Ref.PromptIDs)
+		}
+		wantLogits, wantAux, wantCaches := run(false)
+		before := qwen35.EarlySubmits()
+		gotLogits, gotAux, gotCaches := run(true)
+		defer func() {
+			freeCaches(wantCaches)
+			freeCaches(gotCaches)
+		}()
+		if n := qwen35.EarlySubmits() - before; n != 2 {
+			t.Fatalf("%d early submissions, want 2 (the first segment of the prefill and of the verification)", n)
 		}
 		if d := maxAbs(t, gotLogits, wantLogits); d != 0 {
 			t.Fatalf("logits differ by up to %g", d)

@@ -168,6 +168,9 @@ func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
 				for _, k := range ops {
 					total += k
 				}
+				// Pending nodes only: on the GPU the verification hands its
+				// segments over as they are built (SPECULA_EARLY_SUBMIT), so
+				// this counts the last one; SPECULA_EARLY_SUBMIT=0 counts all.
 				b.Logf("graph nodes of one %d-token verification: %d %v", n, total, ops)
 				b.ReportMetric(float64(total), "nodes/round")
 			}
