@@ -59,20 +59,7 @@ func TestSegmentsEqualLayerByLayer(t *testing.T) {
 			qwen35test.Within(t, "taps, relative difference", qwen35test.RelErr(t, gotAux, wantAux), qwen35test.PathStateTol)
 			return
 		}
-		if d := maxAbs(t, gotLogits, wantLogits); d != 0 {
-			t.Fatalf("logits differ by up to %g", d)
-		}
-		if d := maxAbs(t, gotAux, wantAux); d != 0 {
-			t.Fatalf("taps differ by up to %g", d)
-		}
-		for i := range gotCaches {
-			g, w := gotCaches[i].State(), wantCaches[i].State()
-			for j := range g {
-				if d := maxAbs(t, g[j], w[j]); d != 0 {
-					t.Fatalf("layer %d, cache state %d differs by up to %g", i, j, d)
-				}
-			}
-		}
+		sameBits(t, gotLogits, wantLogits, gotAux, wantAux, gotCaches, wantCaches)
 	})
 }
 
@@ -102,6 +89,25 @@ func decodeLikeSpeculation(t *mlxtest.T, m *qwen35.Model, p []int32) (logits, au
 	return mlx.Concatenate(1, ls...), mlx.Concatenate(1, as...), caches
 }
 
+// sameBits fails the test unless two runs' logits, taps and every cache
+// state are equal to the bit.
+func sameBits(t *mlxtest.T, gotLogits, wantLogits, gotAux, wantAux *mlx.Array, gotCaches, wantCaches []cache.Cache) {
+	if d := maxAbs(t, gotLogits, wantLogits); d != 0 {
+		t.Fatalf("logits differ by up to %g", d)
+	}
+	if d := maxAbs(t, gotAux, wantAux); d != 0 {
+		t.Fatalf("taps differ by up to %g", d)
+	}
+	for i := range gotCaches {
+		g, w := gotCaches[i].State(), wantCaches[i].State()
+		for j := range g {
+			if d := maxAbs(t, g[j], w[j]); d != 0 {
+				t.Fatalf("layer %d, cache state %d differs by up to %g", i, j, d)
+			}
+		}
+	}
+}
+
 // A verification handed to the device segment by segment (earlySubmit)
 // computes what one evaluation of the whole forward does, to the bit, on
 // any device (the same graph and kernels, evaluated in parts), through the
@@ -127,20 +133,7 @@ func TestEarlySubmitKeepsTheValues(t *testing.T) {
 		if n := qwen35.EarlySubmits() - before; n != 2 {
 			t.Fatalf("%d early submissions, want 2 (the first segment of the prefill and of the verification)", n)
 		}
-		if d := maxAbs(t, gotLogits, wantLogits); d != 0 {
-			t.Fatalf("logits differ by up to %g", d)
-		}
-		if d := maxAbs(t, gotAux, wantAux); d != 0 {
-			t.Fatalf("taps differ by up to %g", d)
-		}
-		for i := range gotCaches {
-			g, w := gotCaches[i].State(), wantCaches[i].State()
-			for j := range g {
-				if d := maxAbs(t, g[j], w[j]); d != 0 {
-					t.Fatalf("layer %d, cache state %d differs by up to %g", i, j, d)
-				}
-			}
-		}
+		sameBits(t, gotLogits, wantLogits, gotAux, wantAux, gotCaches, wantCaches)
 	})
 }
 
