@@ -30,7 +30,14 @@ import (
 // lane % 4) loads 8 consecutive k of weight rows g and g+8 and of
 // activation row g of each 8-row tile (rows ≥ R read as zeros); the two
 // m16n8k16 products of the chunk take k in the permuted order the loads
-// give, the same for A and B, which leaves the sum unchanged.
+// give, the same for A and B, which leaves the sum unchanged. A warp issues
+// the loads of its next trip before the products of this one (a register
+// double buffer), so it always has loads in flight, and the weights are
+// read with a streaming hint (not kept in L1, 256-byte L2 fetches) while
+// the activations, read by every block, stay cached. Measured in GPU time
+// alone (CUDA events, docs/PERFORMANCE.md), these two made the kernel
+// 10-30 % faster at 8 rows, within 7 % of cuBLAS's time or faster on every
+// Qwen3.5 4B and 27B projection on the H100 and the H200.
 var rowsGEMVKernel = &mlx.CUDAKernel{
 	Name:    "specula_rows_gemv_mma",
 	Inputs:  []string{"x", "w"},
@@ -41,34 +48,40 @@ __device__ __forceinline__ void specula_mma_bf16(float* d, unsigned a0, unsigned
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// Eight bfloat16 at p (row-contiguous), as 16-byte load when aligned, else
-// element by element (same bits either way); zeros when !ok.
-__device__ __forceinline__ uint4 specula_load8(const __nv_bfloat16* p, bool ok, bool vec) {
+// Eight bfloat16 at p (row-contiguous), zeros when !ok: one 16-byte load
+// when VEC (p 16-byte aligned), else element by element (same bits).
+// STREAM marks data read once (the weights): not allocated in L1, fetched
+// 256 bytes at a time into L2.
+template <bool STREAM, bool VEC>
+__device__ __forceinline__ uint4 specula_load8(const __nv_bfloat16* p, bool ok) {
   uint4 r = make_uint4(0u, 0u, 0u, 0u);
-  if (ok) {
-    if (vec) {
-      r = __ldg(reinterpret_cast<const uint4*>(p));
-    } else {
-      const unsigned short* s = reinterpret_cast<const unsigned short*>(p);
-      r.x = (unsigned)s[0] | ((unsigned)s[1] << 16);
-      r.y = (unsigned)s[2] | ((unsigned)s[3] << 16);
-      r.z = (unsigned)s[4] | ((unsigned)s[5] << 16);
-      r.w = (unsigned)s[6] | ((unsigned)s[7] << 16);
-    }
+  if (!ok) return r;
+  if (VEC && STREAM) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  } else if (VEC) {
+    r = __ldg(reinterpret_cast<const uint4*>(p));
+  } else {
+    const unsigned short* s = reinterpret_cast<const unsigned short*>(p);
+    r.x = (unsigned)s[0] | ((unsigned)s[1] << 16);
+    r.y = (unsigned)s[2] | ((unsigned)s[3] << 16);
+    r.z = (unsigned)s[4] | ((unsigned)s[5] << 16);
+    r.w = (unsigned)s[6] | ((unsigned)s[7] << 16);
   }
   return r;
 }
-`,
-	Source: `
-  const int R = x_shape[0];
-  const int N = w_shape[0];
-  const int K = w_shape[1];
+// The product y = x · wᵀ (R rows of x, N of w, K columns), with red
+// (WARPS * NT * 4 * 32 floats of shared memory) for the warps' partial
+// sums. VEC is a template parameter, the kernel choosing between two
+// instances at run time, so that the 16-byte path does not pay the
+// registers of the element-by-element one.
+template <int NT, int WARPS, int U, bool VEC>
+__device__ __forceinline__ void specula_rows_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int R, int N, int K, float* red) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int m0 = blockIdx.x * 16;
   const int ma = m0 + g, mb = m0 + g + 8;
-  const bool vec = ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15) == 0;
   const __nv_bfloat16* wa = w + (size_t)(ma < N ? ma : 0) * K;
   const __nv_bfloat16* wb = w + (size_t)(mb < N ? mb : 0) * K;
   float acc[NT][4];
@@ -78,20 +91,30 @@ __device__ __forceinline__ uint4 specula_load8(const __nv_bfloat16* p, bool ok, 
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
   }
   const int chunks = (K + 31) >> 5;
-  for (int c0 = warp * U; c0 < chunks; c0 += WARPS * U) {
-    uint4 A[U], B[U], X[U][NT];
+  // One trip's loads: U chunks from c0 on (past K: zeros; K is a
+  // multiple of 8, not necessarily of 32).
+  auto load = [&](int c0, uint4* a, uint4* b, uint4 (*xs)[NT]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = ((c0 + u) << 5) + 8 * t;
       const bool kin = (c0 + u) < chunks && k < K;
-      A[u] = specula_load8(wa + k, kin && ma < N, vec);
-      B[u] = specula_load8(wb + k, kin && mb < N, vec);
+      a[u] = specula_load8<true, VEC>(wa + k, kin && ma < N);
+      b[u] = specula_load8<true, VEC>(wb + k, kin && mb < N);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int n = 8 * j + g;
-        X[u][j] = specula_load8(x + (size_t)(n < R ? n : 0) * K + k, kin && n < R, vec);
+        xs[u][j] = specula_load8<false, VEC>(x + (size_t)(n < R ? n : 0) * K + k, kin && n < R);
       }
     }
+  };
+  uint4 A[U], B[U], X[U][NT];
+  load(warp * U, A, B, X);
+  for (int c0 = warp * U; c0 < chunks; c0 += WARPS * U) {
+    // The next trip's loads go out before this trip's products, except on
+    // the element-by-element path (a rare fallback), whose registers would
+    // otherwise set the whole kernel's.
+    uint4 A2[U], B2[U], X2[U][NT];
+    if (VEC) load(c0 + WARPS * U, A2, B2, X2);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -100,12 +123,19 @@ __device__ __forceinline__ uint4 specula_load8(const __nv_bfloat16* p, bool ok, 
         specula_mma_bf16(acc[j], A[u].z, B[u].z, A[u].w, B[u].w, X[u][j].z, X[u][j].w);
       }
     }
+    if (!VEC) load(c0 + WARPS * U, A2, B2, X2);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      A[u] = A2[u];
+      B[u] = B2[u];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) X[u][j] = X2[u][j];
+    }
   }
-  __shared__ float red[WARPS][NT * 4][32];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) red[warp][j * 4 + i][lane] = acc[j][i];
+    for (int i = 0; i < 4; ++i) red[(warp * NT * 4 + j * 4 + i) * 32 + lane] = acc[j][i];
   }
   __syncthreads();
   if (warp != 0) return;
@@ -113,26 +143,45 @@ __device__ __forceinline__ uint4 specula_load8(const __nv_bfloat16* p, bool ok, 
   for (int j = 0; j < NT; ++j) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float s = red[0][j * 4 + i][lane];
+      float s = red[(j * 4 + i) * 32 + lane];
 #pragma unroll
-      for (int v = 1; v < WARPS; ++v) s += red[v][j * 4 + i][lane];
+      for (int v = 1; v < WARPS; ++v) s += red[(v * NT * 4 + j * 4 + i) * 32 + lane];
       const int m = (i < 2) ? ma : mb;
       const int n = 8 * j + 2 * t + (i & 1);
       if (m < N && n < R) y[(size_t)n * N + m] = __float2bfloat16(s);
     }
   }
+}
+`,
+	Source: `
+  __shared__ float red[WARPS * NT * 4 * 32];
+  if (((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15) == 0) {
+    specula_rows_gemv<NT, WARPS, U, true>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+  } else {
+    specula_rows_gemv<NT, WARPS, U, false>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+  }
 `,
 }
 
-// Launch shape of rowsGEMVKernel: warps per block (each block owns 16
-// weight rows, so a product with few outputs needs several warps per block
-// to keep enough loads in flight) and 32-wide K chunks per warp per loop
-// trip: the shape the GPU test ran with; among the five compared on the
-// H200 none was better on every projection (docs/PERFORMANCE.md).
-const (
-	gemvWarps  = 16
-	gemvUnroll = 2
-)
+// gemvUnroll is the number of 32-wide K chunks a warp loads per trip.
+const gemvUnroll = 2
+
+// gemvWarps is the number of warps per block for a weight of n rows: 16
+// when the product has fewer 16-row blocks than two per SM of an H100 or
+// H200 (132 SMs), so that a small projection still has enough warps
+// streaming; 8 otherwise, so that a block's 256 threads fit four to an SM
+// and the whole launch is resident at once. It depends on the weight's
+// shape alone, never on the row count: a row's sums then run in the same
+// order whatever rows share its launch. Measured in GPU time on the H100
+// and the H200 against 4, 8 and 16 warps of 2 to 8 chunks
+// (docs/PERFORMANCE.md): within 5 % of the best launch on every projection
+// of Qwen3.5 4B and 27B.
+func gemvWarps(n int) int {
+	if (n+15)/16 < 264 {
+		return 16
+	}
+	return 8
+}
 
 // maxGEMVRows bounds the rows rowsGEMV takes: a decode step and a
 // verification block (DFlash's 16 drafts and the anchor fit).
@@ -143,16 +192,22 @@ const maxGEMVRows = 17
 var rowsGEMVBroken atomic.Bool
 
 // rowsGEMVFrom is the fewest rows Linear sends to rowsGEMV (0: never), from
-// SPECULA_ROWS_GEMV, read once: "1" sends every bfloat16 product of 1 to
-// maxGEMVRows rows, "verify" only those of 2 or more (verification blocks and
-// block drafts), any other value none. Neither is the default: at one row
-// the kernel streams the weights at 0.4-0.8x the rate of MLX's gemv on the
-// H200 (0.8-1.2x cuBLAS's at 8 rows; docs/PERFORMANCE.md). "1" buys
-// exactness: a verification row and a decode step get the same bits in
-// bfloat16. "verify" keeps MLX's gemv for the step and replaces the cuBLAS
-// products of a verification, whose stream capture into MLX's graph costs
-// the host more than the kernels cost the GPU (issue 19); its rows then sum
-// differently from a step's, as cuBLAS's do.
+// SPECULA_ROWS_GEMV, read once. By default (unset, or "verify") products
+// of 2 to maxGEMVRows rows go to the kernel — verification blocks and block
+// drafts — and a decode step's single row stays on MLX's gemv; "1" sends
+// every bfloat16 product of 1 to maxGEMVRows rows; "0" (or any other value)
+// none, leaving MLX's own products (cuBLAS for several rows).
+//
+// Why the default (docs/PERFORMANCE.md, 2026-12-05, issue 19): on the GPU
+// the kernel streams an 8-row product about as fast as cuBLAS does, but
+// MLX records each cuBLAS product into its CUDA graph by stream capture,
+// which costs the host several times a kernel launch; a 27B verification
+// holds ~300 of them. Oracle rounds at depth 7 were 4-30 % shorter with the
+// kernel (27B on an H100: 24.3 / 24.1 against 25.5 / 26.0 ms, steps 19.6).
+// "1" is not the default: at one row MLX's gemv streams as fast, costs the
+// host less, and on its own the kernel does not make a verification row's
+// bits a step's (other operations, attention among them, still sum in a
+// row-count-dependent order).
 var rowsGEMVFrom = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
 
 // parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVFrom.
@@ -160,7 +215,7 @@ func parseRowsGEMV(v string) int {
 	switch v {
 	case "1":
 		return 1
-	case "verify":
+	case "", "verify":
 		return 2
 	}
 	return 0
@@ -195,15 +250,17 @@ func rowsGEMV(x, w *mlx.Array) *mlx.Array {
 	if rows < 1 || rows > maxGEMVRows {
 		return nil
 	}
+	warps := gemvWarps(n)
 	outs, err := rowsGEMVKernel.Run([]*mlx.Array{mlx.Reshape(x, rows, k), w}, mlx.KernelLaunch{
 		OutputShapes: [][]int{{rows, n}},
 		OutputDTypes: []mlx.DType{mlx.BFloat16},
-		Grid:         [3]int{(n + 15) / 16 * 32 * gemvWarps, 1, 1},
-		Block:        [3]int{32 * gemvWarps, 1, 1},
+		Grid:         [3]int{(n + 15) / 16 * 32 * warps, 1, 1},
+		Block:        [3]int{32 * warps, 1, 1},
 		// The row count itself is read from x's shape in the kernel: only
-		// the number of 8-row tiles is compiled in (3 variants).
+		// the number of 8-row tiles is compiled in (3 variants per warp
+		// count).
 		Templates: []mlx.KernelTemplate{
-			{Name: "NT", Value: (rows + 7) / 8}, {Name: "WARPS", Value: gemvWarps}, {Name: "U", Value: gemvUnroll},
+			{Name: "NT", Value: (rows + 7) / 8}, {Name: "WARPS", Value: warps}, {Name: "U", Value: gemvUnroll},
 		},
 	})
 	if err != nil {
