@@ -10,7 +10,7 @@ import (
 
 // rowsGEMV is x · Wᵀ for 1 to maxGEMVRows rows of bfloat16 on the GPU, one
 // launch of our own tensor-core kernel, the weights read once. Linear uses
-// it for products of rowsGEMVFrom rows or more.
+// it for products of the row counts in rowsGEMVRows.
 //
 // Why (docs/PERFORMANCE.md, issue 19): MLX computes one row with its gemv
 // kernel and several with cuBLAS, which it records into its CUDA graph by
@@ -191,12 +191,19 @@ const maxGEMVRows = 17
 // then on (logged once).
 var rowsGEMVBroken atomic.Bool
 
-// rowsGEMVFrom is the fewest rows Linear sends to rowsGEMV (0: never), from
-// SPECULA_ROWS_GEMV, read once. By default (unset, or "verify") products
-// of 2 to maxGEMVRows rows go to the kernel — verification blocks and block
-// drafts — and a decode step's single row stays on MLX's gemv; "1" sends
-// every bfloat16 product of 1 to maxGEMVRows rows; "0" (or any other value)
-// none, leaving MLX's own products (cuBLAS for several rows).
+// rowRange is an inclusive range of row counts; the zero value holds none.
+type rowRange struct{ from, to int }
+
+// holds reports whether rows lies in r.
+func (r rowRange) holds(rows int) bool { return r.from > 0 && rows >= r.from && rows <= r.to }
+
+// rowsGEMVRows is the row counts of the bfloat16 products Linear sends to
+// rowsGEMV, from SPECULA_ROWS_GEMV, read once. By default (unset) 2 to 8
+// rows: verifications up to depth 7 and the other few-row products, while a
+// decode step's single row stays on MLX's gemv. "verify" widens it to
+// maxGEMVRows (DFlash's 16-token blocks included), "1" to single rows too;
+// "0" (or any other value) sends none, leaving MLX's own products (cuBLAS
+// for several rows).
 //
 // Why the default (docs/PERFORMANCE.md, 2026-12-05, issue 19): on the GPU
 // the kernel streams an 8-row product about as fast as cuBLAS does, but
@@ -204,21 +211,25 @@ var rowsGEMVBroken atomic.Bool
 // which costs the host several times a kernel launch; a 27B verification
 // holds ~300 of them. Oracle rounds at depth 7 were 4-30 % shorter with the
 // kernel (27B on an H100: 24.3 / 24.1 against 25.5 / 26.0 ms, steps 19.6).
-// "1" is not the default: at one row MLX's gemv streams as fast, costs the
-// host less, and on its own the kernel does not make a verification row's
-// bits a step's (other operations, attention among them, still sum in a
+// Products of 9 to 17 rows (two or three 8-row tiles) have not been timed
+// against cuBLAS, so they stay on MLX unless asked for. "1" is not the
+// default: at one row MLX's gemv streams as fast and costs the host less,
+// and on its own the kernel does not make a verification row's bits a
+// step's (other operations, attention among them, still sum in a
 // row-count-dependent order).
-var rowsGEMVFrom = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
+var rowsGEMVRows = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
 
-// parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVFrom.
-func parseRowsGEMV(v string) int {
+// parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVRows.
+func parseRowsGEMV(v string) rowRange {
 	switch v {
+	case "":
+		return rowRange{2, 8}
+	case "verify":
+		return rowRange{2, maxGEMVRows}
 	case "1":
-		return 1
-	case "", "verify":
-		return 2
+		return rowRange{1, maxGEMVRows}
 	}
-	return 0
+	return rowRange{}
 }
 
 // leadingRows is the number of rows of x [..., K]: the product of every

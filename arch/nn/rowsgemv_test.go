@@ -133,42 +133,52 @@ func BenchmarkRowsGEMV(b *testing.B) {
 	}
 }
 
-// SPECULA_ROWS_GEMV's values: "1" every row count, unset or "verify" two
-// rows or more, anything else never.
+// SPECULA_ROWS_GEMV's values: unset 2 to 8 rows, "verify" 2 to 17, "1" 1
+// to 17, anything else none.
 func TestParseRowsGEMV(t *testing.T) {
-	for v, want := range map[string]int{"": 2, "0": 0, "1": 1, "verify": 2, "2": 0, "true": 0, "VERIFY": 0} {
+	for v, want := range map[string]rowRange{"": {2, 8}, "0": {}, "1": {1, 17}, "verify": {2, 17}, "2": {}, "true": {}, "VERIFY": {}} {
 		if got := parseRowsGEMV(v); got != want {
-			t.Errorf("parseRowsGEMV(%q) = %d, want %d", v, got, want)
+			t.Errorf("parseRowsGEMV(%q) = %v, want %v", v, got, want)
+		}
+	}
+	for _, c := range []struct {
+		r    rowRange
+		rows int
+		want bool
+	}{{rowRange{}, 1, false}, {rowRange{}, 0, false}, {rowRange{2, 8}, 1, false}, {rowRange{2, 8}, 2, true}, {rowRange{2, 8}, 8, true}, {rowRange{2, 8}, 9, false}} {
+		if got := c.r.holds(c.rows); got != c.want {
+			t.Errorf("%v holds %d rows: %v, want %v", c.r, c.rows, got, c.want)
 		}
 	}
 }
 
-// Linear sends a bfloat16 product to the few-row kernel exactly when it has
-// rowsGEMVFrom rows or more (up to maxGEMVRows) and to MLX otherwise: with
-// "verify" a decode step's row keeps MLX's gemv bits and an 8-row block
-// gets the kernel's, on the GPU of a CUDA build.
-func TestLinearRowsGEMVFrom(t *testing.T) {
+// Linear sends a bfloat16 product to the few-row kernel exactly when its
+// row count is in rowsGEMVRows and to MLX otherwise: by default a decode
+// step's row keeps MLX's gemv bits, an 8-row block gets the kernel's and a
+// 12-row one MLX's again; on the GPU of a CUDA build.
+func TestLinearRowsGEMVRows(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		if !mlx.GPUAvailable() {
 			t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
 		}
-		saved := rowsGEMVFrom
-		defer func() { rowsGEMVFrom = saved }()
+		saved := rowsGEMVRows
+		defer func() { rowsGEMVRows = saved }()
 		k, n := 2560, 1000
 		w := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(4), mlx.Float32, 0, 0.05, n, k), mlx.BFloat16)
-		x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(5), mlx.Float32, 0, 1, 1, 8, k), mlx.BFloat16)
+		x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(5), mlx.Float32, 0, 1, 1, 12, k), mlx.BFloat16)
 		layer := Dense(w, nil)
 		for _, c := range []struct {
-			from, rows int
-			kernel     bool
-		}{{2, 1, false}, {2, 8, true}, {1, 1, true}, {0, 8, false}} {
-			rowsGEMVFrom = c.from
+			env    string
+			rows   int
+			kernel bool
+		}{{"", 1, false}, {"", 8, true}, {"", 12, false}, {"verify", 12, true}, {"1", 1, true}, {"0", 8, false}} {
+			rowsGEMVRows = parseRowsGEMV(c.env)
 			in := mlx.SliceAxis(x, 1, 0, c.rows)
 			want := mlx.Linear(in, w)
 			if c.kernel {
 				want = rowsGEMV(in, w)
 			}
-			t.SameBits(fmt.Sprintf("from %d, %d rows", c.from, c.rows), t.Float32s(mlx.AsType(layer.Forward(in), mlx.Float32)), t.Float32s(mlx.AsType(want, mlx.Float32)))
+			t.SameBits(fmt.Sprintf("SPECULA_ROWS_GEMV=%q, %d rows", c.env, c.rows), t.Float32s(mlx.AsType(layer.Forward(in), mlx.Float32)), t.Float32s(mlx.AsType(want, mlx.Float32)))
 		}
 	})
 }
