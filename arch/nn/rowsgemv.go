@@ -174,7 +174,7 @@ const gemvUnroll = 2
 // shape alone, never on the row count: a row's sums then run in the same
 // order whatever rows share its launch. Measured in GPU time on the H100
 // and the H200 against 4, 8 and 16 warps of 2 to 8 chunks
-// (docs/PERFORMANCE.md): within 5 % of the best launch on every projection
+// (docs/PERFORMANCE.md): within 6 % of the best launch on every projection
 // of Qwen3.5 4B and 27B.
 func gemvWarps(n int) int {
 	if (n+15)/16 < 264 {
@@ -208,8 +208,9 @@ func (r rowRange) holds(rows int) bool { return r.from > 0 && rows >= r.from && 
 // Why the default (docs/PERFORMANCE.md, 2026-12-05, issue 19): on the GPU
 // the kernel streams an 8-row product about as fast as cuBLAS does, but
 // MLX records each cuBLAS product into its CUDA graph by stream capture,
-// which costs the host several times a kernel launch; a 27B verification
-// holds ~300 of them. Oracle rounds at depth 7 were 4-30 % shorter with the
+// which costs the host about twice what launching the kernel does (~10
+// against ~5 µs a product, measured at 4B); a 27B verification holds ~260
+// of them. Oracle rounds at depth 7 were 4-30 % shorter with the
 // kernel (27B on an H100: 24.3 / 24.1 against 25.5 / 26.0 ms, steps 19.6).
 // Products of 9 to 17 rows (two or three 8-row tiles) have not been timed
 // against cuBLAS, so they stay on MLX unless asked for. "1" is not the
