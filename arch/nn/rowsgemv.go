@@ -210,13 +210,13 @@ func (r rowRange) holds(rows int) bool { return r.from > 0 && rows >= r.from && 
 // MLX records each cuBLAS product into its CUDA graph by stream capture,
 // which costs the host about twice what launching the kernel does (~10
 // against ~5 µs a product, measured at 4B); a 27B verification holds ~260
-// of them. Oracle rounds at depth 7 were 4-30 % shorter with the
-// kernel (27B on an H100: 24.3 / 24.1 against 25.5 / 26.0 ms, steps 19.6).
-// Products of 9 to 17 rows (two or three 8-row tiles) have not been timed
-// against cuBLAS, so they stay on MLX unless asked for. "1" is not the
-// default: at one row MLX's gemv streams as fast and costs the host less,
-// and on its own the kernel does not make a verification row's bits a
-// step's (other operations, attention among them, still sum in a
+// of them. Oracle rounds at depth 7 were shorter with the kernel in 5 of
+// 6 pairs (27B on an H100: 24.3 / 24.1 against 25.5 / 26.0 ms, steps
+// 19.6). Products of 9 to 17 rows (two or three 8-row tiles) have not been
+// timed against cuBLAS, so they stay on MLX unless asked for. "1" is not
+// the default: at one row MLX's gemv streams as fast and costs the host
+// less, and on its own the kernel does not make a verification row's bits
+// a step's (other operations, attention among them, still sum in a
 // row-count-dependent order).
 var rowsGEMVRows = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
 
