@@ -6,10 +6,11 @@ torch. Both are timed with CUDA events over back-to-back launches, each on its o
 weights out of >= 1.2 GB of them, so the weights stream from memory, not from L2. What this
 leaves out is everything MLX adds around a product (graph capture, per-node host work): the
 specula bench measures that. Products shorter than the host's launch interval (~10-25 us from
-Python, small projections) are timed at the launch rate, not the GPU's.
+Python, small projections) are timed at the launch rate, not the GPU's, unless --graph records
+the launches into a CUDA graph first and times its replays.
 
 Run on a GPU machine with torch (and the CUDA toolkit's NVRTC, or torch's):
-  python3 scripts/rowsgemv_gpu_time.py --rows 8 --launch 8x2 --launch 16x2
+  python3 scripts/rowsgemv_gpu_time.py --rows 8 --launch 8x2 --launch 16x2 [--graph]
 prints, per Qwen3.5 4B and 27B projection shape, microseconds and GB/s of weights.
 """
 import argparse
@@ -94,6 +95,7 @@ def main():
     ap.add_argument('--launch', action='append', default=[], help='WARPSxU launch shape, repeatable (default 8x2 and 16x2)')
     ap.add_argument('--source', default=os.path.join(ROOT, 'arch', 'nn', 'rowsgemv.go'))
     ap.add_argument('--compile-only', action='store_true', help='compile and print registers; no GPU needed')
+    ap.add_argument('--graph', action='store_true', help='time replays of a CUDA graph of the launches (no host launch cost)')
     a = ap.parse_args()
     if not 1 <= a.rows <= 17:
         raise SystemExit('--rows must be 1 to 17, not %d' % a.rows)
@@ -124,12 +126,21 @@ def main():
     def median_us(call, copies, reps=40, rounds=5):
         for i in range(3):
             call(i % copies)
+        torch.cuda.synchronize()
+        run = lambda: [call(i % copies) for i in range(reps)]
+        if a.graph:
+            # Inside the capture torch's current stream is the capturing one,
+            # which call() launches on.
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            run = graph.replay
+            run()
         times = []
         for _ in range(rounds):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            for i in range(reps):
-                call(i % copies)
+            run()
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e3 / reps)
@@ -147,7 +158,6 @@ def main():
         us = median_us(lambda i: torch.nn.functional.linear(x, ws[i]), copies)
         print('  %-14s %8.1f us %6.0f GB/s' % ('cuBLAS', us, nbytes / us / 1e3))
         y = torch.empty(a.rows, N, device='cuda', dtype=torch.bfloat16)
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         for name, warps, fn, regs, per_sm in funcs:
             blocks = (N + 15) // 16
             # One argument block per weight copy, kept alive while launched.
@@ -158,6 +168,7 @@ def main():
                 keep.append((vals, (ctypes.c_void_p * 5)(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])))
 
             def launch(i):
+                stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
                 rc = cuda.cuLaunchKernel(fn, blocks, 1, 1, 32 * warps, 1, 1, 0, stream, keep[i][1], None)
                 if rc:
                     raise SystemExit('%s: launch failed (CUDA error %d)' % (name, rc))
