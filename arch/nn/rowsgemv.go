@@ -36,8 +36,9 @@ import (
 // read with a streaming hint (not kept in L1, 256-byte L2 fetches) while
 // the activations, read by every block, stay cached. Measured in GPU time
 // alone (CUDA events, docs/PERFORMANCE.md), these two made the kernel
-// 10-30 % faster at 8 rows, within 7 % of cuBLAS's time or faster on every
-// Qwen3.5 4B and 27B projection on the H100 and the H200.
+// 4-49 % faster at 8 rows (most on the projections with few outputs), and
+// within 7 % of cuBLAS's time or faster on every Qwen3.5 4B and 27B
+// projection on the H100 and the H200.
 var rowsGEMVKernel = &mlx.CUDAKernel{
 	Name:    "specula_rows_gemv_mma",
 	Inputs:  []string{"x", "w"},
@@ -169,8 +170,9 @@ const gemvUnroll = 2
 // gemvWarps is the number of warps per block for a weight of n rows: 16
 // when the product has fewer 16-row blocks than two per SM of an H100 or
 // H200 (132 SMs), so that a small projection still has enough warps
-// streaming; 8 otherwise, so that a block's 256 threads fit four to an SM
-// and the whole launch is resident at once. It depends on the weight's
+// streaming; 8 otherwise: blocks of 256 threads, four to an SM at one
+// 8-row tile, so that a launch of a few hundred blocks (27B's projections
+// to 5120 outputs) runs in one wave. It depends on the weight's
 // shape alone, never on the row count: a row's sums then run in the same
 // order whatever rows share its launch. Measured in GPU time on the H100
 // and the H200 against 4, 8 and 16 warps of 2 to 8 chunks
