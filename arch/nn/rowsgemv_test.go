@@ -133,10 +133,10 @@ func BenchmarkRowsGEMV(b *testing.B) {
 	}
 }
 
-// SPECULA_ROWS_GEMV's values: unset 2 to 8 rows, "verify" 2 to 17, "1" 1
-// to 17, anything else none.
+// SPECULA_ROWS_GEMV's values: unset and "verify" 2 to 17 rows, "1" 1 to
+// 17, anything else none.
 func TestParseRowsGEMV(t *testing.T) {
-	for v, want := range map[string]rowRange{"": {2, 8}, "0": {}, "1": {1, 17}, "verify": {2, 17}, "2": {}, "true": {}, "VERIFY": {}} {
+	for v, want := range map[string]rowRange{"": {2, 17}, "0": {}, "1": {1, 17}, "verify": {2, 17}, "2": {}, "true": {}, "VERIFY": {}} {
 		if got := parseRowsGEMV(v); got != want {
 			t.Errorf("parseRowsGEMV(%q) = %v, want %v", v, got, want)
 		}
@@ -154,8 +154,8 @@ func TestParseRowsGEMV(t *testing.T) {
 
 // Linear sends a bfloat16 product to the few-row kernel exactly when its
 // row count is in rowsGEMVRows and to MLX otherwise: by default a decode
-// step's row keeps MLX's gemv bits, an 8-row block gets the kernel's and a
-// 12-row one MLX's again; on the GPU of a CUDA build.
+// step's row keeps MLX's gemv bits while 8- and 12-row blocks get the
+// kernel's; with "0" every row count MLX's; on the GPU of a CUDA build.
 func TestLinearRowsGEMVRows(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		if !mlx.GPUAvailable() {
@@ -171,7 +171,7 @@ func TestLinearRowsGEMVRows(t *testing.T) {
 			env    string
 			rows   int
 			kernel bool
-		}{{"", 1, false}, {"", 8, true}, {"", 12, false}, {"verify", 12, true}, {"1", 1, true}, {"0", 8, false}} {
+		}{{"", 1, false}, {"", 8, true}, {"", 12, true}, {"verify", 12, true}, {"1", 1, true}, {"0", 8, false}, {"0", 12, false}} {
 			rowsGEMVRows = parseRowsGEMV(c.env)
 			in := mlx.SliceAxis(x, 1, 0, c.rows)
 			want := mlx.Linear(in, w)
