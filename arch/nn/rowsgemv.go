@@ -207,20 +207,19 @@ func (r rowRange) holds(rows int) bool { return r.from > 0 && rows >= r.from && 
 // other value) none, leaving MLX's own products (cuBLAS for several rows).
 //
 // Why the default (docs/PERFORMANCE.md, 2026-12-05, issue 19): on the GPU
-// the kernel streams a product of 8 or 16 rows about as fast as cuBLAS
-// does (H200, GPU time of the Qwen3.5 4B and 27B projections: 0.86–1.11×
+// the kernel streams a product of 8 or 16 rows about as fast as cuBLAS does
+// (H200, GPU time of the Qwen3.5 4B and 27B projections: 0.86–1.11×
 // cuBLAS's at 8 rows, 0.82–1.18× at 16), but MLX records each cuBLAS
-// product into its CUDA graph by stream capture, which costs the host
-// about twice what launching the kernel does (~10 against ~5 µs a
-// product, measured at 4B);
-// a 27B verification holds ~260 of them. Oracle rounds were shorter with
-// the kernel: at depth 7 in 5 of 6 pairs (27B on an H100: 24.3 / 24.1
-// against 25.5 / 26.0 ms, steps 19.6), at depth 15 on the H200 by 7–9 %
-// on the mean (27B 26.1 against 28.6 ms, 4B 11.5 against 12.3). "1" is
-// not the default: at one row MLX's gemv streams as fast and costs the
-// host less, and on its own the kernel does not make a verification row's
-// bits a step's (other operations, attention among them, still sum in a
-// row-count-dependent order).
+// product into its CUDA graph by stream capture, which costs the host about
+// twice what launching the kernel does (~10 against ~5 µs a product,
+// measured at 4B); a 27B verification holds ~260 of them. Oracle rounds
+// were shorter with the kernel: at depth 7 in 5 of 6 pairs (27B on an H100:
+// 24.3 / 24.1 against 25.5 / 26.0 ms, steps 19.6), at depth 15 by 6–14 % on
+// the mean (H200: 27B 26.1 against 28.6 ms, 4B 11.5 against 12.3; H100: 4B
+// 9.6 against 11.2). "1" is not the default: at one row MLX's gemv streams
+// as fast and costs the host less, and on its own the kernel does not make
+// a verification row's bits a step's (other operations, attention among
+// them, still sum in a row-count-dependent order).
 var rowsGEMVRows = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
 
 // parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVRows.
