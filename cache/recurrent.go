@@ -118,33 +118,41 @@ func (c *Recurrent) SnapshotSplits(L int) []int {
 	return splits
 }
 
-// Put ends the write begun by SnapshotSplits. conv and delta hold one state
-// per boundary: the interior splits in order, then the end of the write. It
-// panics unless len(conv) == len(delta) == len(splits)+1. Interior states
-// become the snapshots at their offsets, the last pair becomes the live
-// state, the offset advances by L and the new offset is captured if
-// scheduled. The cache pins the arrays it keeps: the caller may sweep but
-// must not Free them.
-func (c *Recurrent) Put(conv, delta []*mlx.Array) {
+// Put ends the write begun by SnapshotSplits. conv is the convolution tail
+// at the end of the write and delta the delta state at each boundary: the
+// interior splits in order, then the end. window, which a write with
+// interior splits must pass (nil otherwise), holds the write's
+// pre-convolution rows [1, ConvRows+L, ConvDim]: the tail before the write,
+// then the L new rows, so that the tail at interior boundary b is its rows
+// b … b+ConvRows−1. Interior states become the snapshots at their offsets,
+// their tails sliced from window only if one is restored (a verification
+// restores at most one, and each slice would be a graph node); conv and the
+// last delta become the live state; the offset advances by L and the new
+// offset is captured if scheduled. Put panics unless delta has
+// len(splits)+1 entries and the live state and window have this cache's
+// shapes (an interior delta state is checked when it is restored). The cache
+// pins the arrays it keeps: the caller may sweep but must not Free them.
+func (c *Recurrent) Put(conv, window *mlx.Array, delta []*mlx.Array) {
 	if c.pending < 0 {
 		panic("cache: Recurrent.Put without SnapshotSplits: call SnapshotSplits(L) first in the same forward")
 	}
-	if len(conv) != len(c.splits)+1 || len(delta) != len(c.splits)+1 {
-		panic(fmt.Sprintf("cache: Recurrent.Put got %d conv and %d delta states for splits %v: want %d of each (one per split, then the end state)",
-			len(conv), len(delta), c.splits, len(c.splits)+1))
+	if len(delta) != len(c.splits)+1 {
+		panic(fmt.Sprintf("cache: Recurrent.Put got %d delta states for splits %v: want %d (one per split, then the end state)",
+			len(delta), c.splits, len(c.splits)+1))
 	}
-	for i := range conv {
-		c.checkShapes("Put", conv[i], delta[i])
+	last := len(c.splits)
+	c.checkShapes("Put", conv, delta[last])
+	if last > 0 {
+		c.checkWindow(window, c.pending)
 	}
 	start := c.offset
 	for j, split := range c.splits {
 		for _, i := range c.sched.due(start+split, start+split) {
-			c.sched.snaps[i] = c.snapshot(start+split, conv[j], delta[j])
+			c.sched.snaps[i] = c.windowSnapshot(start+split, window, split, delta[j])
 		}
 	}
-	last := len(c.splits)
 	c.ensure()
-	c.conv = replace(c.conv, conv[last])
+	c.conv = replace(c.conv, conv)
 	c.delta = replace(c.delta, delta[last])
 	c.offset = start + c.pending
 	c.pending, c.splits = -1, nil
@@ -167,8 +175,13 @@ func (c *Recurrent) Restore(s Snapshot, target int) bool {
 	if !ok || rs.cache != c || rs.closed || target != rs.offset {
 		return false
 	}
+	conv := rs.conv
+	if conv == nil {
+		conv = mlx.SliceAxis(rs.window, 1, rs.row, rs.row+c.shape.ConvRows)
+		c.checkShapes("Restore", conv, rs.delta)
+	}
 	c.ensure()
-	c.conv = replace(c.conv, rs.conv)
+	c.conv = replace(c.conv, conv)
 	c.delta = replace(c.delta, rs.delta)
 	c.offset = target
 	c.pending, c.splits = -1, nil
@@ -186,6 +199,20 @@ func (c *Recurrent) checkShapes(op string, conv, delta *mlx.Array) {
 	}
 }
 
+// checkWindow panics unless window holds the pre-convolution rows of an
+// L-row write: [1, ConvRows+L, ConvDim] of the tail's dtype.
+func (c *Recurrent) checkWindow(window *mlx.Array, L int) {
+	s := c.shape
+	if window == nil {
+		panic(fmt.Sprintf("cache: Recurrent.Put: a write with interior splits %v needs its window of pre-convolution rows", c.splits))
+	}
+	ws := window.Shape()
+	if len(ws) != 3 || ws[0] != 1 || ws[1] != s.ConvRows+L || ws[2] != s.ConvDim || window.DType() != s.ConvDType {
+		panic(fmt.Sprintf("cache: Recurrent.Put: got window %v %s, want [1 %d %d] %s (the tail, then the %d rows written)",
+			ws, window.DType(), s.ConvRows+L, s.ConvDim, s.ConvDType, L))
+	}
+}
+
 // Free releases the state.
 func (c *Recurrent) Free() {
 	if c.conv != nil {
@@ -196,11 +223,15 @@ func (c *Recurrent) Free() {
 	c.pending, c.splits = -1, nil
 }
 
-// recSnapshot holds a pin on the arrays of one state of cache.
+// recSnapshot holds a pin on the arrays of one state of cache: its tail
+// conv, or, for a state inside a write, that write's window with the tail at
+// rows row … row+ConvRows−1 (sliced when restored).
 type recSnapshot struct {
 	cache       *Recurrent
 	offset      int
 	conv, delta *mlx.Array
+	window      *mlx.Array
+	row         int
 	closed      bool
 }
 
@@ -210,16 +241,31 @@ func (c *Recurrent) snapshot(offset int, conv, delta *mlx.Array) *recSnapshot {
 	return &recSnapshot{cache: c, offset: offset, conv: conv, delta: delta}
 }
 
+// windowSnapshot captures the state at row of a write's window.
+func (c *Recurrent) windowSnapshot(offset int, window *mlx.Array, row int, delta *mlx.Array) *recSnapshot {
+	mlx.Pin(window, delta)
+	return &recSnapshot{cache: c, offset: offset, delta: delta, window: window, row: row}
+}
+
 func (s *recSnapshot) Offset() int { return s.offset }
 
 // Size is the bytes of the captured state.
-func (s *recSnapshot) Size() int64 { return nbytes(s.conv, s.delta) }
+func (s *recSnapshot) Size() int64 {
+	if s.window == nil {
+		return nbytes(s.conv, s.delta)
+	}
+	// The tail it restores: the window is its write's, shared by every
+	// state taken inside that write (and a tail sliced from it shares its
+	// storage all the same).
+	sh := s.cache.shape
+	return int64(sh.ConvRows*sh.ConvDim*sh.ConvDType.Size()) + nbytes(s.delta)
+}
 
 func (s *recSnapshot) Close() {
 	if s.closed {
 		return
 	}
 	s.closed = true
-	mlx.Unpin(s.conv, s.delta)
-	s.conv, s.delta = nil, nil
+	mlx.Unpin(s.conv, s.window, s.delta) // one of conv and window is nil
+	s.conv, s.delta, s.window = nil, nil, nil
 }

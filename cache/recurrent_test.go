@@ -25,24 +25,28 @@ func input(from, n int) *mlx.Array {
 
 // fakeLayer plays a gated delta-net layer over c: the tail is the last
 // ConvRows input rows and the delta state follows S ← S/2 + x_t (x_t's
-// channel sum broadcast over the state). It honours SnapshotSplits.
+// channel sum broadcast over the state). It honours SnapshotSplits, handing
+// interior tails over as the window of rows they are taken from.
 func fakeLayer(c *cache.Recurrent, x *mlx.Array) {
 	n := x.Dim(1)
 	splits := c.SnapshotSplits(n)
 	rows := mlx.Concatenate(1, c.ConvState(), x)
 	state := c.DeltaState()
-	var convs, deltas []*mlx.Array
+	var deltas []*mlx.Array
 	next := 0
 	for t := 1; t <= n; t++ {
 		xt := mlx.Sum(mlx.SliceAxis(x, 1, t-1, t), false)
 		state = mlx.Add(mlx.MultiplyScalar(state, 0.5), xt)
 		if t == n || (next < len(splits) && splits[next] == t) {
-			convs = append(convs, mlx.SliceAxis(rows, 1, t, t+testShape.ConvRows))
 			deltas = append(deltas, state)
 			next++
 		}
 	}
-	c.Put(convs, deltas)
+	var window *mlx.Array
+	if len(splits) > 0 {
+		window = rows
+	}
+	c.Put(mlx.SliceAxis(rows, 1, n, n+testShape.ConvRows), window, deltas)
 }
 
 // equalState fails unless a and b hold the same offset and values.
@@ -83,12 +87,17 @@ func TestRecurrentSplitsAndPut(t *testing.T) {
 		if got := c.SnapshotSplits(4); !eqInts(got, []int{1, 3}) {
 			t.Fatalf("splits of a 4-row write at 2 for %v: %v, want [1 3] (strictly inside)", []int{2, 3, 5, 6, 9}, got)
 		}
-		mustPanic(t, "want 3 of each", func() { c.Put([]*mlx.Array{c.ConvState()}, []*mlx.Array{c.DeltaState()}) })
+		mustPanic(t, "want 3 (one per split", func() { c.Put(c.ConvState(), input(0, 6), []*mlx.Array{c.DeltaState()}) })
+		three := []*mlx.Array{c.DeltaState(), c.DeltaState(), c.DeltaState()}
+		mustPanic(t, "needs its window", func() { c.Put(c.ConvState(), nil, three) })
+		mustPanic(t, "want [1 6 3] float32", func() { c.Put(c.ConvState(), input(0, 5), three) })
 		fakeLayer(c, input(2, 4))
 		snaps := c.TakeSnapshots()
+		// Each holds a 2×3 float32 tail and a 2×2×3 float32 state: 72 bytes,
+		// the interior ones (3, 5) too, though their tail is a window's rows.
 		for i, want := range []int{2, 3, 5, 6} {
-			if snaps[i] == nil || snaps[i].Offset() != want || snaps[i].Size() == 0 {
-				t.Fatalf("snapshot %d: %v, want one captured at %d", i, snaps[i], want)
+			if snaps[i] == nil || snaps[i].Offset() != want || snaps[i].Size() != 72 {
+				t.Fatalf("snapshot %d: %v, want one of 72 bytes captured at %d", i, snaps[i], want)
 			}
 		}
 		if snaps[4] != nil {
@@ -110,7 +119,7 @@ func TestRecurrentSplitsAndPut(t *testing.T) {
 		if c.Restore(snaps[2], 5) {
 			t.Fatal("a closed snapshot was restored")
 		}
-		mustPanic(t, "without SnapshotSplits", func() { c.Put(nil, nil) })
+		mustPanic(t, "without SnapshotSplits", func() { c.Put(nil, nil, nil) })
 	})
 }
 

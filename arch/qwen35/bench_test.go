@@ -156,3 +156,32 @@ func BenchmarkGoTinyVerify8(b *testing.B) {
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
 	qwen35test.BenchVerify(b, m, 128, 8)
 }
+
+// BenchmarkForwardBuild measures the host's part of a forward: the time to
+// build (not evaluate) the graph of a decode step and of verifications of 8
+// and 16 rows with a rollback point at every row, the rounds of depth 7 and
+// 15, in build-us (µs per forward). The model has Qwen3.5-4B's 32 layers in its
+// pattern (three delta-net layers, then attention) at go-tiny's widths, so
+// evaluating is cheap and the loop is the host's. On a GPU the graph's nodes
+// cost about as much again to submit.
+func BenchmarkForwardBuild(b *testing.B) {
+	c := goTinyConfig()
+	c.NumLayers, c.HiddenSize, c.IntermediateSize = 32, 128, 256
+	c.LayerTypes = nil
+	for i := range c.NumLayers {
+		t := qwen35.LinearAttention
+		if i%4 == 3 {
+			t = qwen35.FullAttention
+		}
+		c.LayerTypes = append(c.LayerTypes, t)
+	}
+	m := benchModel(b, c)
+	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
+	for _, n := range []int{1, 8, 16} {
+		name := "step"
+		if n > 1 {
+			name = fmt.Sprintf("verify%d", n)
+		}
+		b.Run(name, func(b *testing.B) { qwen35test.BenchBuild(b, m, 64, n) })
+	}
+}

@@ -16,10 +16,12 @@ const l2Eps = 1e-6
 // [1, L, H], as a pure function of the layer's state so that it can run
 // inside a compiled segment (segments.go): from the convolution tail conv
 // [1, Kc−1, convDim] and the delta state [1, Hv, Dv, Dk] it returns the
-// mixer's output and, for each boundary in splits (interior token counts,
-// ascending, from cache.Recurrent.SnapshotSplits) and then for L, the tail
-// and the state there — what cache.Recurrent.Put takes.
-func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, splits []int) (out *mlx.Array, convs, deltas []*mlx.Array) {
+// mixer's output and what cache.Recurrent.Put takes: the tail after the L
+// rows; when splits (interior token counts, ascending, from
+// cache.Recurrent.SnapshotSplits) is not empty, the window the interior
+// tails are rows of ([tail; the L new rows], nil otherwise); and the state
+// at each boundary in splits and then at L.
+func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, splits []int) (out, tailEnd, window *mlx.Array, deltas []*mlx.Array) {
 	cfg := m.local
 	L := x.Dim(1)
 	hk, hv, dk := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim
@@ -43,16 +45,17 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 		// Value head h reads key head h div (Hv/Hk).
 		out, deltas = gatedDeltaScan(repeatHeads(q, hv/hk), repeatHeads(k, hv/hk), v, alpha, beta, deltaState, bounds)
 	}
-	convs = make([]*mlx.Array, len(bounds))
-	for i, b := range bounds {
-		// The tail at boundary b: the Kc−1 pre-convolution rows ending at
-		// b, i.e. padded rows b … b+Kc−2.
-		convs[i] = mlx.SliceAxis(padded, 1, b, b+tail)
+	// The tail at boundary b is the Kc−1 pre-convolution rows ending at b,
+	// padded's rows b … b+Kc−2. Only the last is sliced here: the cache
+	// slices an interior one if it restores it.
+	tailEnd = mlx.SliceAxis(padded, 1, L, L+tail)
+	if len(splits) > 0 {
+		window = padded
 	}
 
 	// The gate z is the projection's columns conv … conv+valueDim.
 	o := nn.GatedRMSNormFrom(out, proj, conv, g.norm, cfg.RMSNormEps, m.dtype)
-	return g.out.Forward(mlx.Reshape(o, 1, L, value)), convs, deltas
+	return g.out.Forward(mlx.Reshape(o, 1, L, value)), tailEnd, window, deltas
 }
 
 // deltaPrep returns what the delta rule and the cache need from the stacked

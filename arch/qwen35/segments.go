@@ -198,9 +198,13 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 		}
 		taps, out = append(taps, out[:seg.taps]...), out[seg.taps:]
 		for j, i := range seg.whole {
+			conv, window := out[0], (*mlx.Array)(nil)
+			if out = out[1:]; len(splits[j]) > 0 {
+				window, out = out[0], out[1:]
+			}
 			n := len(splits[j]) + 1
-			caches[i].(*cache.Recurrent).Put(out[:n], out[n:2*n])
-			out = out[2*n:]
+			caches[i].(*cache.Recurrent).Put(conv, window, out[:n])
+			out = out[n:]
 		}
 		if seg.next >= 0 {
 			o = m.attentionCore(q, k, v, offset, caches[seg.next].(*cache.KV))
@@ -239,7 +243,10 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 			nout += 3
 		}
 		for _, sp := range splits {
-			nout += 2 * (len(sp) + 1)
+			nout += len(sp) + 2 // the tail, the states
+			if len(sp) > 0 {
+				nout++ // the window
+			}
 		}
 		f = mlx.Compile(fmt.Sprintf("qwen35 segment %d", s), nout, func(in []*mlx.Array) []*mlx.Array {
 			return m.runSegment(seg, splits, in)
@@ -280,8 +287,9 @@ func (m *Model) segmentKey(s int, splits [][]int) string {
 // and delta state of each delta-net layer it runs. It returns the residual
 // stream; the next attention layer's q, k, v and gate (or, for the last
 // segment, the final-normed hidden states); the taps recorded; and, per
-// delta-net layer, the tails then the states for its splits and end (what
-// cache.Recurrent.Put takes).
+// delta-net layer, what cache.Recurrent.Put takes: the tail at the end, the
+// window of pre-convolution rows when the layer has splits, and the states
+// at its splits and end.
 func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.Array {
 	w := m.mustWeights()
 	h, in := in[0], in[1:]
@@ -307,11 +315,15 @@ func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.
 	}
 	for j, i := range seg.whole {
 		ly := w.layers[i]
-		x, convs, deltas := m.deltaMix(ly.delta, normed, in[0], in[1], splits[j])
+		x, conv, window, deltas := m.deltaMix(ly.delta, normed, in[0], in[1], splits[j])
 		in = in[2:]
 		h, normed = m.addMLP(ly, h, x, w.normAfter(i))
 		record(i)
-		states = append(append(states, convs...), deltas...)
+		states = append(states, conv)
+		if window != nil {
+			states = append(states, window)
+		}
+		states = append(states, deltas...)
 	}
 	out := []*mlx.Array{h}
 	if seg.next >= 0 {

@@ -126,6 +126,51 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/token")
 }
 
+// BenchBuild measures the host's graph building of one forward of n rows
+// of m after a prompt-token prefill: for n > 1 with rollback points after
+// every row but the last (a verification at depth n−1), which it then keeps.
+// Only building is timed (cache.Schedule, Forward and the argmax of the
+// rows); each forward is then evaluated untimed. It reports build-us (µs per forward).
+func BenchBuild(b *testing.B, m model.Model, prompt, n int) {
+	ids := BenchIDs(prompt+n*(b.N+1), m.Info().VocabSize)
+	var build time.Duration
+	err := mlx.Do(context.Background(), func() error {
+		caches := m.NewCaches()
+		defer FreeCaches(caches)
+		h, _ := m.Forward(Batch(ids[:prompt], 0), caches)
+		if err := mlx.Eval(append(CacheState(caches), h)...); err != nil {
+			return err
+		}
+		mlx.Sweep()
+		for i := range b.N + 1 {
+			if i == 1 { // the first forward traces the compiled segments
+				b.ResetTimer()
+				build = 0
+			}
+			at := caches[0].Offset()
+			start := time.Now()
+			if n > 1 {
+				cache.Schedule(caches, at+1, n-1)
+			}
+			h, _ := m.Forward(Batch(ids[prompt+i*n:prompt+(i+1)*n], at), caches)
+			tok := mlx.Argmax(m.Unembed(h), -1, false)
+			build += time.Since(start)
+			if err := mlx.Eval(append(CacheState(caches), tok)...); err != nil {
+				return err
+			}
+			if n > 1 {
+				cache.Commit(caches, n-1, n-1, at+1)
+			}
+			mlx.Sweep()
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(build.Microseconds())/float64(b.N), "build-us")
+}
+
 // CacheState lists the arrays of every cache, in layer order.
 func CacheState(caches []cache.Cache) []*mlx.Array {
 	var out []*mlx.Array
