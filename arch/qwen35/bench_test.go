@@ -36,15 +36,22 @@ func goTinyConfig() *qwen35.Config {
 	c.HiddenSize, c.NumLayers, c.IntermediateSize, c.VocabSize = 384, 8, 1152, 8192
 	c.NumHeads, c.NumKVHeads, c.HeadDim = 6, 2, 64
 	c.LinearKeyHeads, c.LinearValueHeads, c.LinearKeyDim, c.LinearValueDim = 3, 6, 64, 64
-	c.LayerTypes = nil
-	for i := range c.NumLayers {
+	c.LayerTypes = everyFourthAttention(c.NumLayers)
+	return c
+}
+
+// everyFourthAttention is Qwen3.5's layer pattern for n layers: three
+// delta-net layers, then full attention.
+func everyFourthAttention(n int) []qwen35.LayerType {
+	var types []qwen35.LayerType
+	for i := range n {
 		t := qwen35.LinearAttention
 		if i%4 == 3 {
 			t = qwen35.FullAttention
 		}
-		c.LayerTypes = append(c.LayerTypes, t)
+		types = append(types, t)
 	}
-	return c
+	return types
 }
 
 // randomCheckpoint returns random weights for cfg in the raw Hugging Face
@@ -167,14 +174,7 @@ func BenchmarkGoTinyVerify8(b *testing.B) {
 func BenchmarkForwardBuild(b *testing.B) {
 	c := goTinyConfig()
 	c.NumLayers, c.HiddenSize, c.IntermediateSize = 32, 128, 256
-	c.LayerTypes = nil
-	for i := range c.NumLayers {
-		t := qwen35.LinearAttention
-		if i%4 == 3 {
-			t = qwen35.FullAttention
-		}
-		c.LayerTypes = append(c.LayerTypes, t)
-	}
+	c.LayerTypes = everyFourthAttention(c.NumLayers)
 	m := benchModel(b, c)
 	defer mlx.Do(context.Background(), func() error { m.Free(); return nil })
 	for _, n := range []int{1, 8, 16} {

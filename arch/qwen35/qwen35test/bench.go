@@ -130,18 +130,17 @@ func BenchDecode(b *testing.B, m model.Model, prompt int) {
 // of m after a prompt-token prefill: for n > 1 with rollback points after
 // every row but the last (a verification at depth n−1), which it then keeps.
 // Only building is timed (cache.Schedule, Forward and the argmax of the
-// rows); each forward is then evaluated untimed. It reports build-us (µs per forward).
+// rows); each forward is then evaluated untimed. It reports build-us, µs
+// per forward.
 func BenchBuild(b *testing.B, m model.Model, prompt, n int) {
 	ids := BenchIDs(prompt+n*(b.N+1), m.Info().VocabSize)
 	var build time.Duration
 	err := mlx.Do(context.Background(), func() error {
-		caches := m.NewCaches()
+		caches, err := prefilled(m, ids[:prompt])
 		defer FreeCaches(caches)
-		h, _ := m.Forward(Batch(ids[:prompt], 0), caches)
-		if err := mlx.Eval(append(CacheState(caches), h)...); err != nil {
+		if err != nil {
 			return err
 		}
-		mlx.Sweep()
 		for i := range b.N + 1 {
 			if i == 1 { // the first forward traces the compiled segments
 				b.ResetTimer()
@@ -171,6 +170,18 @@ func BenchBuild(b *testing.B, m model.Model, prompt, n int) {
 	b.ReportMetric(float64(build.Microseconds())/float64(b.N), "build-us")
 }
 
+// prefilled returns fresh caches of m holding the prompt ids, evaluated
+// (free them with FreeCaches, also after an error).
+func prefilled(m model.Model, ids []int32) ([]cache.Cache, error) {
+	caches := m.NewCaches()
+	h, _ := m.Forward(Batch(ids, 0), caches)
+	if err := mlx.Eval(append(CacheState(caches), h)...); err != nil {
+		return caches, err
+	}
+	mlx.Sweep()
+	return caches, nil
+}
+
 // CacheState lists the arrays of every cache, in layer order.
 func CacheState(caches []cache.Cache) []*mlx.Array {
 	var out []*mlx.Array
@@ -192,13 +203,11 @@ func BenchVerify(b *testing.B, m model.Model, prompt, n int) {
 	ids := BenchIDs(prompt+n*(b.N+1), m.Info().VocabSize)
 	var elapsed, cpu time.Duration
 	err := mlx.Do(context.Background(), func() error {
-		caches := m.NewCaches()
+		caches, err := prefilled(m, ids[:prompt])
 		defer FreeCaches(caches)
-		h, _ := m.Forward(Batch(ids[:prompt], 0), caches)
-		if err := mlx.Eval(append(CacheState(caches), h)...); err != nil {
+		if err != nil {
 			return err
 		}
-		mlx.Sweep()
 		round := func(i int, probe bool) error {
 			at := caches[0].Offset()
 			cache.Schedule(caches, at+1, n-1)
