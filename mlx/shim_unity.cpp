@@ -2,7 +2,7 @@
 // shim/ and is built here as a single translation unit. The digest below
 // (scripts/shim-stamp.sh) changes with the shim, so Go's build cache, which
 // does not see files in shim/, rebuilds when the shim changes.
-// shim digest: b51015872f9f64b0685942c5171507e1
+// shim digest: c0ebe3f3876cdcbd666a4877910f9466
 #include "shim/shim.cpp"
 #include "shim/compile.cpp"
 #include "shim/blas.cpp"

@@ -819,33 +819,6 @@ int spx_rope(spx_array* out, spx_array x, int dims, bool traditional,
 
 namespace {
 
-// causal_keep is the end-aligned causal mask [lq, lk] of a query block (true
-// keeps: query i sees keys 0 … lk−lq+i), five graph nodes. Every attention
-// layer of a forward asks for the same one, so the last one made on this
-// thread (the worker's) is handed out again while lq, lk and the stream
-// match: one mask a forward instead of one a layer. Not while a compiled
-// function is traced (its arrays are placeholders of that trace), and the
-// kept mask is leaked with its thread rather than destroyed after MLX's
-// allocator at exit.
-mx::array causal_keep(int lq, int lk, bool tracing, mx::Stream s) {
-  struct Last {
-    int lq = -1, lk = -1, stream = -1;
-    mx::Device::DeviceType device = mx::Device::cpu;
-    std::optional<mx::array> keep;
-  };
-  static thread_local Last* last = new Last();
-  if (!tracing && last->keep && last->lq == lq && last->lk == lk && last->stream == s.index &&
-      last->device == s.device.type) {
-    return *last->keep;
-  }
-  mx::array keep = mx::greater_equal(mx::expand_dims(mx::arange(lk - lq, lk, s), 1, s),
-                                     mx::expand_dims(mx::arange(0, lk, s), 0, s), s);
-  if (!tracing) {
-    *last = Last{lq, lk, s.index, s.device.type, keep};
-  }
-  return keep;
-}
-
 // attention_float32 is attention as two matmuls and a softmax over float32
 // q [B, Hq, Lq, D] and k, v [B, Hkv, Lk, D] (Hq a multiple of Hkv: one matmul
 // per key head over its group of query heads), with an end-aligned causal mask
@@ -870,7 +843,8 @@ std::optional<mx::array> attention_float32(
   mx::array scores = mx::matmul(qs, mx::swapaxes(kk, -1, -2, s), s);
   std::optional<mx::array> keep;
   if (causal) {
-    keep = causal_keep(lq, lk, q.is_tracer() || k.is_tracer(), s);
+    keep = mx::greater_equal(mx::expand_dims(mx::arange(lk - lq, lk, s), 1, s),
+                             mx::expand_dims(mx::arange(0, lk, s), 0, s), s);
   } else if (mask) {
     keep = *mask;
     if (group > 1 && keep->ndim() >= 3) {
