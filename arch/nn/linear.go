@@ -51,7 +51,7 @@ func (l *Linear) Forward(x *mlx.Array) *mlx.Array {
 	}
 	var y *mlx.Array
 	if l.Quant.IsZero() {
-		if x.NDim() >= 1 && rowsGEMVRows.holds(leadingRows(x)) {
+		if rowsGEMVFrom > 0 && x.NDim() >= 1 && leadingRows(x) >= rowsGEMVFrom {
 			y = rowsGEMV(x, l.Weight)
 		}
 		if y == nil {

@@ -10,7 +10,7 @@ import (
 
 // rowsGEMV is x · Wᵀ for 1 to maxGEMVRows rows of bfloat16 on the GPU, one
 // launch of our own tensor-core kernel, the weights read once. Linear uses
-// it for products of the row counts in rowsGEMVRows.
+// it for products of rowsGEMVFrom rows or more.
 //
 // Why (docs/PERFORMANCE.md, issue 19): MLX computes one row with its gemv
 // kernel and several with cuBLAS, which it records into its CUDA graph by
@@ -37,8 +37,8 @@ import (
 // the activations, read by every block, stay cached. Measured in GPU time
 // alone (CUDA events, docs/PERFORMANCE.md), these two made the kernel
 // 4-49 % faster at 8 rows (most on the projections with few outputs), and
-// within 7 % of cuBLAS's time or faster on every Qwen3.5 4B and 27B
-// projection on the H100 and the H200.
+// at 8 rows within 7 % of cuBLAS's time or faster on every Qwen3.5 4B and
+// 27B projection on the H100 and the H200 (at 16 rows 0.82-1.18×).
 var rowsGEMVKernel = &mlx.CUDAKernel{
 	Name:    "specula_rows_gemv_mma",
 	Inputs:  []string{"x", "w"},
@@ -193,18 +193,13 @@ const maxGEMVRows = 17
 // then on (logged once).
 var rowsGEMVBroken atomic.Bool
 
-// rowRange is an inclusive range of row counts; the zero value holds none.
-type rowRange struct{ from, to int }
-
-// holds reports whether rows lies in r.
-func (r rowRange) holds(rows int) bool { return r.from > 0 && rows >= r.from && rows <= r.to }
-
-// rowsGEMVRows is the row counts of the bfloat16 products Linear sends to
-// rowsGEMV, from SPECULA_ROWS_GEMV, read once. By default (unset, or
-// "verify") 2 to maxGEMVRows rows: every verification (DFlash's 16-token
-// blocks included) and the other few-row products, while a decode step's
-// single row stays on MLX's gemv. "1" sends single rows too; "0" (or any
-// other value) none, leaving MLX's own products (cuBLAS for several rows).
+// rowsGEMVFrom is the fewest rows of a bfloat16 product Linear sends to
+// rowsGEMV (which takes up to maxGEMVRows; 0: none), from
+// SPECULA_ROWS_GEMV, read once. By default (unset, or "verify") 2: every
+// verification (DFlash's 16-token blocks included) and the other few-row
+// products, while a decode step's single row stays on MLX's gemv. "1" sends
+// single rows too; "0" (or any other value) none, leaving MLX's own
+// products (cuBLAS for several rows).
 //
 // Why the default (docs/PERFORMANCE.md, 2026-12-05, issue 19): on the GPU
 // the kernel streams a product of 8 or 16 rows about as fast as cuBLAS does
@@ -220,17 +215,17 @@ func (r rowRange) holds(rows int) bool { return r.from > 0 && rows >= r.from && 
 // as fast and costs the host less, and on its own the kernel does not make
 // a verification row's bits a step's (other operations, attention among
 // them, still sum in a row-count-dependent order).
-var rowsGEMVRows = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
+var rowsGEMVFrom = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
 
-// parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVRows.
-func parseRowsGEMV(v string) rowRange {
+// parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVFrom.
+func parseRowsGEMV(v string) int {
 	switch v {
 	case "", "verify":
-		return rowRange{2, maxGEMVRows}
+		return 2
 	case "1":
-		return rowRange{1, maxGEMVRows}
+		return 1
 	}
-	return rowRange{}
+	return 0
 }
 
 // leadingRows is the number of rows of x [..., K]: the product of every

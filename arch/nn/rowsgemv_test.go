@@ -133,46 +133,38 @@ func BenchmarkRowsGEMV(b *testing.B) {
 	}
 }
 
-// SPECULA_ROWS_GEMV's values: unset and "verify" 2 to 17 rows, "1" 1 to
-// 17, anything else none.
+// SPECULA_ROWS_GEMV's values: unset and "verify" two rows or more, "1"
+// every row count, anything else never.
 func TestParseRowsGEMV(t *testing.T) {
-	for v, want := range map[string]rowRange{"": {2, 17}, "0": {}, "1": {1, 17}, "verify": {2, 17}, "2": {}, "true": {}, "VERIFY": {}} {
+	for v, want := range map[string]int{"": 2, "0": 0, "1": 1, "verify": 2, "2": 0, "true": 0, "VERIFY": 0} {
 		if got := parseRowsGEMV(v); got != want {
-			t.Errorf("parseRowsGEMV(%q) = %v, want %v", v, got, want)
-		}
-	}
-	for _, c := range []struct {
-		r    rowRange
-		rows int
-		want bool
-	}{{rowRange{}, 1, false}, {rowRange{}, 0, false}, {rowRange{2, 8}, 1, false}, {rowRange{2, 8}, 2, true}, {rowRange{2, 8}, 8, true}, {rowRange{2, 8}, 9, false}} {
-		if got := c.r.holds(c.rows); got != c.want {
-			t.Errorf("%v holds %d rows: %v, want %v", c.r, c.rows, got, c.want)
+			t.Errorf("parseRowsGEMV(%q) = %d, want %d", v, got, want)
 		}
 	}
 }
 
-// Linear sends a bfloat16 product to the few-row kernel exactly when its
-// row count is in rowsGEMVRows and to MLX otherwise: by default a decode
-// step's row keeps MLX's gemv bits while 8- and 12-row blocks get the
-// kernel's; with "0" every row count MLX's; on the GPU of a CUDA build.
+// Linear sends a bfloat16 product to the few-row kernel exactly when it has
+// rowsGEMVFrom rows or more (up to maxGEMVRows) and to MLX otherwise: by
+// default a decode step's row keeps MLX's gemv bits while 8- and 12-row
+// blocks get the kernel's, and a 20-row one MLX's; with "0" every row count
+// MLX's; on the GPU of a CUDA build.
 func TestLinearRowsGEMVRows(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		if !mlx.GPUAvailable() {
 			t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
 		}
-		saved := rowsGEMVRows
-		defer func() { rowsGEMVRows = saved }()
+		saved := rowsGEMVFrom
+		defer func() { rowsGEMVFrom = saved }()
 		k, n := 2560, 1000
 		w := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(4), mlx.Float32, 0, 0.05, n, k), mlx.BFloat16)
-		x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(5), mlx.Float32, 0, 1, 1, 12, k), mlx.BFloat16)
+		x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(5), mlx.Float32, 0, 1, 1, 20, k), mlx.BFloat16)
 		layer := Dense(w, nil)
 		for _, c := range []struct {
 			env    string
 			rows   int
 			kernel bool
-		}{{"", 1, false}, {"", 8, true}, {"", 12, true}, {"verify", 12, true}, {"1", 1, true}, {"0", 8, false}, {"0", 12, false}} {
-			rowsGEMVRows = parseRowsGEMV(c.env)
+		}{{"", 1, false}, {"", 8, true}, {"", 12, true}, {"", 20, false}, {"verify", 12, true}, {"1", 1, true}, {"0", 8, false}, {"0", 12, false}} {
+			rowsGEMVFrom = parseRowsGEMV(c.env)
 			in := mlx.SliceAxis(x, 1, 0, c.rows)
 			want := mlx.Linear(in, w)
 			if c.kernel {
