@@ -279,7 +279,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 		}()
 		t0 := time.Now()
 		scheduled := caches.schedule(append(marks, len(prompt)-1))
-		seed, pos, err := s.Prefill(ctx, prompt)
+		seed, pos, err := s.Prefill(ctx, prompt, scheduled...)
 		caches.take(scheduled)
 		resp.PrefillTime = time.Since(t0)
 		if err != nil {

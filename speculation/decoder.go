@@ -23,7 +23,13 @@ const PrefillChunk = 2048
 // level with them) are continued: only prompt[o:len−1] is written. ctx is
 // checked between chunks; on cancellation the draft session is settled so
 // the caches stay level.
-func (s *Session) Prefill(ctx context.Context, prompt []int32) (seed int32, position int, err error) {
+//
+// A chunk also ends at every offset in breaks: the snapshots scheduled on
+// the caches (a prompt cache's checkpoints). A snapshot then falls between
+// two forwards, never inside one, where a recurrent layer would keep it as
+// part of the whole chunk's per-row state (its scan's rows, its
+// convolution window) for as long as the checkpoint lives.
+func (s *Session) Prefill(ctx context.Context, prompt []int32, breaks ...int) (seed int32, position int, err error) {
 	if len(prompt) == 0 {
 		return 0, 0, errors.New("speculation: empty prompt")
 	}
@@ -37,11 +43,16 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) (seed int32, posi
 		}
 	}()
 	body := prompt[:len(prompt)-1]
-	for start := from; start < len(body); start += PrefillChunk {
+	for start, end := from, from; start < len(body); start = end {
 		if err := ctx.Err(); err != nil {
 			return 0, start, err
 		}
-		end := min(start+PrefillChunk, len(body))
+		end = min(start+PrefillChunk, len(body))
+		for _, b := range breaks {
+			if start < b && b < end {
+				end = b
+			}
+		}
 		err := mlx.Scope(func() error {
 			ids := mlx.FromInt32s(body[start:end], 1, end-start)
 			_, aux := s.core.cfg.Target.Forward(&model.Batch{InputIDs: ids, SeqOffsets: []int{start}, SeqQueryLens: []int{end - start}}, s.core.cfg.TargetCaches)

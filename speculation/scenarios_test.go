@@ -266,3 +266,31 @@ func TestSelectorDraftKeepsFixedDepth(t *testing.T) {
 		}
 	})
 }
+
+// A prefill's chunks end at every break (the prompt cache's checkpoints),
+// at most PrefillChunk tokens apart, and write the whole body in order;
+// breaks outside the body are ignored.
+func TestPrefillChunksEndAtBreaks(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		r := newRig(nil, 0, false)
+		body := 2*PrefillChunk + 9
+		prompt := make([]int32, body+1)
+		for i := range prompt {
+			prompt[i] = int32(i % fakeVocab)
+		}
+		s := r.core.Open(Request{Sampler: sample.New(sample.Options{}, prompt)})
+		defer s.Close()
+		seed, pos, err := s.Prefill(context.Background(), prompt, 0, 5, PrefillChunk+3, body, body+7)
+		t.NoErr(err)
+		if seed != prompt[body] || pos != body {
+			t.Fatalf("seed %d at %d, want %d at %d", seed, pos, prompt[body], body)
+		}
+		want := []forwardCall{{0, 5}, {5, PrefillChunk - 2}, {PrefillChunk + 3, PrefillChunk}, {2*PrefillChunk + 3, 6}}
+		if !slices.Equal(r.target.forwards, want) {
+			t.Fatalf("target forwards %v, want %v", r.target.forwards, want)
+		}
+		if !slices.Equal(streamOf(r.caches[0]), prompt[:body]) {
+			t.Fatalf("the target cache holds %d tokens that are not the prompt's first %d", r.caches[0].Offset(), body)
+		}
+	})
+}

@@ -108,6 +108,9 @@ func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) 
 	L, hk, dk := q.Dim(1), q.Dim(2), q.Dim(3)
 	hv, dv := v.Dim(2), v.Dim(3)
 	emit := len(bounds) > 1 || bounds[0] != L
+	if emit && L > maxEmitRows {
+		return gatedDeltaScanKernelSpans(q, k, v, alpha, beta, state, bounds)
+	}
 	stRows := 1
 	if emit {
 		stRows = L
@@ -137,6 +140,45 @@ func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) 
 		states[i] = mlx.SliceAxis(outs[1], 0, b-1, b)
 	}
 	return outs[0], states
+}
+
+// maxEmitRows bounds the rows whose states one launch writes out. Each is
+// Hv·Dv·Dk float32 — 2 MB at the 4B shapes, 3 MB at 27B — so a long write
+// with an interior bound (a prefill chunk holding a prompt-cache
+// checkpoint) would allocate gigabytes a layer to keep one or two states.
+// A verification's rows (up to 17 with DFlash's blocks) stay far below.
+const maxEmitRows = 64
+
+// gatedDeltaScanKernelSpans is gatedDeltaScanKernel for a long write with
+// interior bounds: one launch per span between bounds, each handing its end
+// state to the next, so that only the states asked for are allocated (a
+// span's slices of the inputs are views, rows along axis 1).
+func gatedDeltaScanKernelSpans(q, k, v, alpha, beta, state *mlx.Array, bounds []int) (*mlx.Array, []*mlx.Array) {
+	L := q.Dim(1)
+	var outs, states []*mlx.Array
+	from := 0
+	run := func(to int) bool {
+		if to == from {
+			return true
+		}
+		span := func(a *mlx.Array) *mlx.Array { return mlx.SliceAxis(a, 1, from, to) }
+		o, st := gatedDeltaScanKernel(span(q), span(k), span(v), span(alpha), span(beta), state, []int{to - from})
+		if o == nil {
+			return false
+		}
+		outs, state, from = append(outs, o), st[0], to
+		return true
+	}
+	for _, b := range bounds {
+		if !run(b) {
+			return nil, nil
+		}
+		states = append(states, state)
+	}
+	if !run(L) {
+		return nil, nil
+	}
+	return mlx.Concatenate(1, outs...), states
 }
 
 func b2i(b bool) int {
