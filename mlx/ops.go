@@ -917,6 +917,11 @@ type AttentionMask struct {
 	Array *Array
 }
 
+// MaxComposedQueries is the longest query block ScaledDotProductAttention
+// composes of graph nodes on the GPU (compose_on_gpu in shim.cpp); longer
+// ones run MLX's kernels, which take causality as a mode.
+const MaxComposedQueries = 32
+
 // ScaledDotProductAttention computes softmax(q·kᵀ·scale + mask)·v for
 // q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D] (grouped-query when Hq > Hkv).
 //

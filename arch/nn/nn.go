@@ -161,10 +161,31 @@ func MergeHeads(x *mlx.Array) *mlx.Array {
 // CachedAttention writes k and v [B, Hkv, L, D] to c and attends q
 // [B, Hq, L, D] over the whole history with scale, causally when L > 1 (row
 // i sees slots up to Offset+i). Hq may be a multiple of Hkv (grouped-query
-// attention). It returns [B, Hq, L, D].
-func CachedAttention(q, k, v *mlx.Array, c *cache.KV, scale float32) *mlx.Array {
+// attention). It returns [B, Hq, L, D]. causal is CausalMask(L, c.Offset())
+// made once for a forward's attention layers, or nil for the attention to
+// make its own.
+func CachedAttention(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx.Array) *mlx.Array {
 	kh, vh := c.Update(k, v)
-	return mlx.ScaledDotProductAttention(q, kh, vh, scale, mlx.AttentionMask{Causal: q.Dim(2) > 1})
+	if causal == nil {
+		return mlx.ScaledDotProductAttention(q, kh, vh, scale, mlx.AttentionMask{Causal: q.Dim(2) > 1})
+	}
+	if causal.Dim(0) != q.Dim(2) || causal.Dim(1) != kh.Dim(2) {
+		panic(fmt.Sprintf("nn: CachedAttention got a causal mask %v for %d queries over %d slots (make it with CausalMask(L, the cache's offset before the write))",
+			causal.Shape(), q.Dim(2), kh.Dim(2)))
+	}
+	return mlx.ScaledDotProductAttention(q, kh, vh, scale, mlx.AttentionMask{Array: causal})
+}
+
+// CausalMask is the boolean mask [L, offset+L] of an L-row block written at
+// slot offset: row i keeps slots up to offset+i, the mask that a causal
+// ScaledDotProductAttention makes for itself. A forward that attends in many
+// layers makes it once and hands it to each (CachedAttention): on the GPU a
+// verification's block attention is composed of graph nodes, and the mask
+// alone is five of them a layer.
+func CausalMask(L, offset int) *mlx.Array {
+	rows := mlx.ExpandDims(mlx.Arange(float64(offset), float64(offset+L), 1, mlx.Int32), 1)
+	cols := mlx.ExpandDims(mlx.Arange(0, float64(offset+L), 1, mlx.Int32), 0)
+	return mlx.GreaterEqual(rows, cols)
 }
 
 // WindowMask returns the boolean mask [L, N] of L queries at slots

@@ -3,6 +3,7 @@ package nn_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/specula-dev/specula/arch/nn"
@@ -148,11 +149,11 @@ func TestCachedAttention(t *testing.T) {
 		qa := mlx.FromFloat32s(vals(hq*3*d, 1), 1, hq, 3, d)
 		ka := mlx.FromFloat32s(vals(hkv*3*d, 2), 1, hkv, 3, d)
 		va := mlx.FromFloat32s(vals(hkv*3*d, 3), 1, hkv, 3, d)
-		first := nn.CachedAttention(qa, ka, va, c, 0.5)
+		first := nn.CachedAttention(qa, ka, va, c, 0.5, nil)
 		qb := mlx.FromFloat32s(vals(hq*2*d, 4), 1, hq, 2, d)
 		kb := mlx.FromFloat32s(vals(hkv*2*d, 5), 1, hkv, 2, d)
 		vb := mlx.FromFloat32s(vals(hkv*2*d, 6), 1, hkv, 2, d)
-		second := nn.CachedAttention(qb, kb, vb, c, 0.5)
+		second := nn.CachedAttention(qb, kb, vb, c, 0.5, nil)
 
 		q := mlx.Concatenate(2, qa, qb)
 		k := mlx.Concatenate(2, ka, kb)
@@ -167,6 +168,37 @@ func TestCachedAttention(t *testing.T) {
 		if d := t.Float32s(mlx.Max(mlx.Abs(mlx.Subtract(got, want)), false))[0]; d > 1e-5 {
 			t.Fatalf("cached attention differs from the reference by %g", d)
 		}
+	})
+}
+
+// CausalMask(L, offset) keeps slot s for row i iff s <= offset+i, and
+// CachedAttention given it returns what it returns making its own causal
+// mask, to the bit (grouped-query heads, a block written after a history).
+func TestCausalMask(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		m := nn.CausalMask(2, 1)
+		t.Shape(m, 2, 3)
+		if got, want := t.Int32s(mlx.AsType(m, mlx.Int32)), []int32{1, 1, 0, 1, 1, 1}; !slices.Equal(got, want) {
+			t.Fatalf("CausalMask(2, 1) = %v, want %v", got, want)
+		}
+
+		const hq, hkv, d = 4, 2, 4
+		own, shared := cache.NewKV(), cache.NewKV()
+		in := func(h, L int, seed float64) *mlx.Array { return mlx.FromFloat32s(vals(h*L*d, seed), 1, h, L, d) }
+		for _, c := range []*cache.KV{own, shared} {
+			nn.CachedAttention(in(hq, 3, 1), in(hkv, 3, 2), in(hkv, 3, 3), c, 0.5, nil)
+		}
+		q, k, v := in(hq, 2, 4), in(hkv, 2, 5), in(hkv, 2, 6)
+		want := nn.CachedAttention(q, k, v, own, 0.5, nil)
+		got := nn.CachedAttention(q, k, v, shared, 0.5, nn.CausalMask(2, 3))
+		t.SameBits("attention with the shared mask", t.Float32s(got), t.Float32s(want))
+
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("a mask for another offset was taken")
+			}
+		}()
+		nn.CachedAttention(q, k, v, cache.NewKV(), 0.5, nn.CausalMask(2, 3))
 	})
 }
 

@@ -276,13 +276,14 @@ func (m *Model) attentionInputs(a *attentionWeights, x *mlx.Array) (q, k, v, gat
 }
 
 // attentionCore rotates q and k to slots offset …, writes k and v to c and
-// attends: it returns [1, L, Hq, D].
-func (m *Model) attentionCore(q, k, v *mlx.Array, offset int, c *cache.KV) *mlx.Array {
+// attends: it returns [1, L, Hq, D]. causal is the forward's shared mask
+// (nn.CausalMask), or nil for the attention to make its own.
+func (m *Model) attentionCore(q, k, v *mlx.Array, offset int, c *cache.KV, causal *mlx.Array) *mlx.Array {
 	d := m.local.HeadDim
 	q = m.rope.Apply(mlx.Transpose(q, 0, 2, 1, 3), offset)
 	k = m.rope.Apply(mlx.Transpose(k, 0, 2, 1, 3), offset)
 	v = mlx.Transpose(v, 0, 2, 1, 3)
-	return mlx.Transpose(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d)))), 0, 2, 1, 3)
+	return mlx.Transpose(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d))), causal), 0, 2, 1, 3)
 }
 
 // attentionOutput gates the attention output o [1, L, Hq, D] and projects

@@ -171,6 +171,13 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 	// them alike, so it keeps one evaluation.
 	early := submitsEarly(L) && m.shard == nil
 	var o, gate *mlx.Array // the attention output the next segment finishes
+	// A block the GPU's attention composes of nodes (a verification, a
+	// draft's block) shares one causal mask among the attention layers
+	// rather than build it in each: at 27B 5 nodes a forward, not 80.
+	var causal *mlx.Array
+	if L >= 2 && L <= mlx.MaxComposedQueries {
+		causal = nn.CausalMask(L, offset)
+	}
 	var taps []*mlx.Array
 	for s, seg := range m.segs.plan {
 		in := []*mlx.Array{h}
@@ -207,7 +214,7 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 			out = out[n:]
 		}
 		if seg.next >= 0 {
-			o = m.attentionCore(q, k, v, offset, caches[seg.next].(*cache.KV))
+			o = m.attentionCore(q, k, v, offset, caches[seg.next].(*cache.KV), causal)
 		}
 	}
 	// A tap of the last layer is what transformers records as
