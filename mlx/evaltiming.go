@@ -42,6 +42,9 @@ var (
 // EvalTimes.Wait); the results are the same either way.
 func SetEvalTiming(on bool) bool { return evalTiming.Swap(on) }
 
+// EvalTimingOn reports whether SetEvalTiming turned the split on.
+func EvalTimingOn() bool { return evalTiming.Load() }
+
 // EvalTiming returns the times accumulated since the process started while
 // timing was on. Take two readings and Sub them to time a stretch of work.
 func EvalTiming() EvalTimes {

@@ -39,7 +39,9 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	// is the bonus row.
 	drafts := mlx.Reshape(mlx.AsType(cand.Tokens, mlx.Int32), n)
 	ids := mlx.Reshape(mlx.Concatenate(0, mlx.FromInt32s([]int32{current}), drafts), 1, n+1)
+	s.phases.lap(&s.phases.sums.ScheduleMS)
 	hidden, aux := cfg.Target.Forward(&model.Batch{InputIDs: ids, SeqOffsets: []int{before}, SeqQueryLens: []int{n + 1}}, cfg.TargetCaches)
+	s.phases.lap(&s.phases.sums.ForwardMS)
 
 	// 3. Target distributions, row i's penalty history extended by d_0 … d_{i−1}.
 	logits := cfg.Target.Unembed(hidden)
@@ -78,6 +80,7 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	if !cfg.NoPipeline {
 		_ = mlx.AsyncEval(outs...)
 	}
+	s.phases.lap(&s.phases.sums.VerdictMS)
 	if err := mlx.Eval(cand.Tokens); err != nil {
 		return v, err
 	}
@@ -123,16 +126,21 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 		// The residual of row accepted, or the bonus when all passed.
 		v.tokens = append(v.tokens, next)
 	}
+	s.phases.lap(&s.phases.sums.ReadMS)
 	// 12. Keep current and the first keep drafts in the target caches.
 	cache.Commit(cfg.TargetCaches, v.keep, n, before+1)
 	committed = true
+	s.phases.lap(&s.phases.sums.CommitMS)
 	// 13. Report the kept run before returning, so a cancelled emission still
 	// leaves the draft level with the caches.
 	if s.draft != nil {
 		s.draft.Committed(mlx.SliceAxis(ids, 1, 0, v.keep+1), mlx.SliceAxis(aux, 1, 0, v.keep+1), before)
 	}
+	s.phases.lap(&s.phases.sums.DraftCommitMS)
 	// 14. The penalty history.
 	s.sampler.Commit(v.tokens)
+	s.phases.lap(&s.phases.sums.CommitMS)
+	s.phases.endRound()
 	return v, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/specula-dev/specula/cache"
+	"github.com/specula-dev/specula/mlx"
 	"github.com/specula-dev/specula/model"
 	"github.com/specula-dev/specula/sample"
 )
@@ -126,11 +127,18 @@ type Session struct {
 	roundDraftMS float64
 	roundVerify  float64
 	lastRoundEnd time.Time
+	// phases times the drafting rounds' host work by phase while MLX's
+	// evaluation timing is on (Stats.HostPhases).
+	phases phaseClock
 }
 
 // Open starts a session for req.
 func (c *Core) Open(req Request) *Session {
 	s := &Session{core: c, sampler: req.Sampler}
+	if mlx.EvalTimingOn() {
+		s.phases.on = true
+		s.stats.HostPhases = &s.phases.sums
+	}
 	if c.cfg.Drafter != nil {
 		// Opened even when drafting is off, so the draft caches stay level.
 		s.draft = c.cfg.Drafter.Open(req.Sampler)
@@ -204,6 +212,11 @@ func (s *Session) beginRound() {
 			s.stats.OverheadMS += max(0, wall-s.roundDraftMS-s.roundVerify)
 		}
 	}
+	if s.phases.open {
+		s.phases.lap(&s.phases.sums.EmitMS)
+		s.phases.open = false
+	}
+	s.phases.restart()
 	s.roundBegin = now
 	s.roundTimed = !s.untimedNext
 	s.untimedNext = false

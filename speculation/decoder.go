@@ -145,6 +145,7 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.phases.lap(&s.phases.sums.ProposeMS)
 	v, err := s.accept(d.position, d.current, cand)
 	if err != nil {
 		return nil, err
@@ -176,6 +177,7 @@ func (d *Decoder) proposeEarly(left int) {
 	mlx.Pin(cand.Arrays()...)
 	_ = mlx.AsyncEval(cand.Arrays()...)
 	d.early, d.earlyFor = cand, left
+	s.phases.lap(&s.phases.sums.ProposeMS)
 }
 
 // takeEarly returns the early proposal if it was made for this call's

@@ -41,6 +41,9 @@ type Stats struct {
 	// DepthOverTime holds the mean and max depth in up to 8 equal time
 	// buckets of the request.
 	DepthOverTime []DepthBucket `json:"depth_over_time,omitempty"`
+	// HostPhases splits the drafting rounds' host time by phase; only
+	// while MLX's evaluation timing is on (specula bench --split).
+	HostPhases *RoundPhases `json:"host_phases,omitempty"`
 
 	depths []timedDepth
 }
@@ -174,6 +177,12 @@ func (s *Stats) Add(other *Stats) {
 	s.DraftMS += other.DraftMS
 	s.VerifyMS += other.VerifyMS
 	s.OverheadMS += other.OverheadMS
+	if other.HostPhases != nil {
+		if s.HostPhases == nil {
+			s.HostPhases = &RoundPhases{}
+		}
+		s.HostPhases.Add(other.HostPhases)
+	}
 	for k, v := range other.Fallback {
 		if s.Fallback == nil {
 			s.Fallback = map[string]int{}

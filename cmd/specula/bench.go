@@ -49,7 +49,7 @@ func runBench(e *env, args []string) int {
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the measured runs to `file` (host-side time)")
-	split := fs.Bool("split", false, "also split each step and round into host graph building, MLX submission and waiting for the device (costs one more MLX call per blocking evaluation)")
+	split := fs.Bool("split", false, "also split each step and round into host graph building, MLX submission and waiting for the device, and a drafting round's host time by phase (costs one more MLX call per blocking evaluation)")
 	rest, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -436,6 +436,9 @@ type hostDeviceSplit struct {
 	WaitMS float64 `json:"wait_ms"`
 	// WaitShare is WaitMS / RoundMS.
 	WaitShare float64 `json:"wait_share"`
+	// Phases is the mean drafting round's host time outside MLX's
+	// evaluation by phase (a drafting mode's build time, itemised).
+	Phases *speculation.RoundPhases `json:"drafting_round_phases,omitempty"`
 }
 
 // loopSplit is a mode's acceptance over the runs whose continuation ends in
@@ -551,6 +554,10 @@ func (m *benchMode) result() modeResult {
 		hd := &hostDeviceSplit{Rounds: m.splitRounds, RoundMS: ms(m.splitWall) / n, SubmitMS: ms(m.splitEval.Submit) / n, WaitMS: ms(m.splitEval.Wait) / n}
 		hd.BuildMS = max(0, hd.RoundMS-hd.SubmitMS-hd.WaitMS)
 		hd.WaitShare = ratio(hd.WaitMS, hd.RoundMS)
+		if p := m.stats.HostPhases; p != nil && p.Rounds > 0 {
+			mean := p.Scaled(1 / float64(p.Rounds))
+			hd.Phases = &mean
+		}
 		res.HostDevice = hd
 	}
 	if st := &m.stats; st.DraftRounds > 0 {
@@ -785,6 +792,21 @@ func printHostDevice(w io.Writer, rows []modeResult) {
 			header = true
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f%%\n", m.Mode, hd.Rounds, hd.RoundMS, hd.BuildMS, hd.SubmitMS, hd.WaitMS, 100*hd.WaitShare)
+	}
+	tw.Flush()
+	header = false
+	for _, m := range rows {
+		if m.HostDevice == nil || m.HostDevice.Phases == nil {
+			continue
+		}
+		p := m.HostDevice.Phases
+		if !header {
+			fmt.Fprintln(w, "\nhost time of a drafting round by phase (mean ms, MLX's evaluation left out; emit: from the round's end to the next round, emitting its tokens):")
+			fmt.Fprintln(tw, "mode\trounds\tpropose\tschedule\tforward\tverdict\tread\tcommit\tdraft commit\temit")
+			header = true
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", m.Mode, p.Rounds,
+			p.ProposeMS, p.ScheduleMS, p.ForwardMS, p.VerdictMS, p.ReadMS, p.CommitMS, p.DraftCommitMS, p.EmitMS)
 	}
 	tw.Flush()
 }

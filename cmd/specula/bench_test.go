@@ -318,7 +318,9 @@ func TestGoPromptsFile(t *testing.T) {
 
 // bench --split reports each mode's mean round split into host building,
 // MLX submission and waiting; the parts add up to the round, and the device
-// work of every step shows up as waiting.
+// work of every step shows up as waiting. A drafting mode also itemises its
+// drafting rounds' host time by phase (none negative, the verification's
+// forward among them); plain decoding has no drafting rounds to itemise.
 func TestE2EBenchHostDeviceSplit(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
 	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--split", "--repeats", "1", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
@@ -326,12 +328,13 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	type split struct {
-		Rounds    int     `json:"rounds"`
-		RoundMS   float64 `json:"round_ms"`
-		BuildMS   float64 `json:"build_ms"`
-		SubmitMS  float64 `json:"submit_ms"`
-		WaitMS    float64 `json:"wait_ms"`
-		WaitShare float64 `json:"wait_share"`
+		Rounds    int                `json:"rounds"`
+		RoundMS   float64            `json:"round_ms"`
+		BuildMS   float64            `json:"build_ms"`
+		SubmitMS  float64            `json:"submit_ms"`
+		WaitMS    float64            `json:"wait_ms"`
+		WaitShare float64            `json:"wait_share"`
+		Phases    map[string]float64 `json:"drafting_round_phases"`
 	}
 	var out struct {
 		Plain, Speculative struct {
@@ -350,6 +353,20 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 		if hd.Rounds < 1 || hd.WaitMS <= 0 || hd.SubmitMS <= 0 || math.Abs(sum-hd.RoundMS) > 1e-6*max(1, hd.RoundMS) ||
 			math.Abs(hd.WaitShare-hd.WaitMS/hd.RoundMS) > 1e-9 {
 			t.Errorf("%s split %+v: want positive submit and wait adding up with build to the round", name, *hd)
+		}
+	}
+	if p := out.Plain.HD; p != nil && p.Phases != nil {
+		t.Errorf("plain decoding itemised drafting rounds: %v", p.Phases)
+	}
+	if hd := out.Speculative.HD; hd != nil {
+		p := hd.Phases
+		if p["rounds"] < 1 || p["forward_ms"] <= 0 {
+			t.Errorf("speculative: drafting round phases %v, want rounds and a forward's build", p)
+		}
+		for _, k := range []string{"propose_ms", "schedule_ms", "forward_ms", "verdict_ms", "read_ms", "commit_ms", "draft_commit_ms", "emit_ms"} {
+			if v, ok := p[k]; !ok || v < 0 {
+				t.Errorf("speculative: phase %s = %v (present %v) in %v", k, v, ok, p)
+			}
 		}
 	}
 	// Without --split there is no split.
