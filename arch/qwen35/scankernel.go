@@ -150,10 +150,24 @@ func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) 
 const maxEmitRows = 64
 
 // gatedDeltaScanKernelSpans is gatedDeltaScanKernel for a long write with
-// interior bounds: one launch per span between bounds, each handing its end
-// state to the next, so that only the states asked for are allocated (a
-// span's slices of the inputs are views, rows along axis 1).
+// interior bounds: one launch per span between bounds (scanBySpans), so
+// that only the states asked for are allocated.
 func gatedDeltaScanKernelSpans(q, k, v, alpha, beta, state *mlx.Array, bounds []int) (*mlx.Array, []*mlx.Array) {
+	return scanBySpans(q, k, v, alpha, beta, state, bounds, func(q, k, v, alpha, beta, state *mlx.Array) (*mlx.Array, *mlx.Array) {
+		out, states := gatedDeltaScanKernel(q, k, v, alpha, beta, state, []int{q.Dim(1)})
+		if out == nil {
+			return nil, nil
+		}
+		return out, states[0]
+	})
+}
+
+// scanBySpans runs the delta rule over the spans between bounds with scan,
+// which returns a span's outputs and its end state (nil outputs: failed),
+// each span starting from the state the one before ended in. It returns the
+// outputs of all L rows and the states at bounds, or nils if a span failed.
+// A span's inputs are slices of rows along axis 1 (views).
+func scanBySpans(q, k, v, alpha, beta, state *mlx.Array, bounds []int, scan func(q, k, v, alpha, beta, state *mlx.Array) (out, end *mlx.Array)) (*mlx.Array, []*mlx.Array) {
 	L := q.Dim(1)
 	var outs, states []*mlx.Array
 	from := 0
@@ -162,11 +176,11 @@ func gatedDeltaScanKernelSpans(q, k, v, alpha, beta, state *mlx.Array, bounds []
 			return true
 		}
 		span := func(a *mlx.Array) *mlx.Array { return mlx.SliceAxis(a, 1, from, to) }
-		o, st := gatedDeltaScanKernel(span(q), span(k), span(v), span(alpha), span(beta), state, []int{to - from})
+		o, end := scan(span(q), span(k), span(v), span(alpha), span(beta), state)
 		if o == nil {
 			return false
 		}
-		outs, state, from = append(outs, o), st[0], to
+		outs, state, from = append(outs, o), end, to
 		return true
 	}
 	for _, b := range bounds {

@@ -73,6 +73,39 @@ func TestGatedDeltaKernelLongWriteKeepsOnlyItsStates(t *testing.T) {
 	})
 }
 
+// Running the scan span by span between the bounds (how the kernel runs a
+// long write with interior bounds) gives the one scan's outputs and states
+// to the bit: each span starts from the state the one before ended in. The
+// graph scan stands in for the kernel, so this runs on any device.
+func TestScanBySpansEqualsOneScan(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		const L, hk, hv, dk, dv = 12, 2, 4, 32, 16
+		q, k, v, alpha, beta, state := scanInputs(5, L, hk, hv, dk, dv)
+		graph := func(q, k, v, alpha, beta, state *mlx.Array, bounds []int) (*mlx.Array, []*mlx.Array) {
+			return gatedDeltaScan(repeatHeads(q, hv/hk), repeatHeads(k, hv/hk), v, alpha, beta, state, bounds)
+		}
+		oneSpan := func(q, k, v, alpha, beta, state *mlx.Array) (*mlx.Array, *mlx.Array) {
+			out, states := graph(q, k, v, alpha, beta, state, []int{q.Dim(1)})
+			return out, states[0]
+		}
+		for _, bounds := range [][]int{{5, L}, {1, 2, 7, 11}, {L}} {
+			want, wantStates := graph(q, k, v, alpha, beta, state, bounds)
+			got, gotStates := scanBySpans(q, k, v, alpha, beta, state, bounds, oneSpan)
+			t.SameBits(fmt.Sprintf("outputs, bounds %v", bounds), t.Float32s(got), t.Float32s(want))
+			if len(gotStates) != len(bounds) {
+				t.Fatalf("bounds %v: %d states", bounds, len(gotStates))
+			}
+			for i := range bounds {
+				t.SameBits(fmt.Sprintf("state after %d tokens", bounds[i]), t.Float32s(gotStates[i]), t.Float32s(wantStates[i]))
+			}
+		}
+		failing := func(q, k, v, alpha, beta, state *mlx.Array) (*mlx.Array, *mlx.Array) { return nil, nil }
+		if out, states := scanBySpans(q, k, v, alpha, beta, state, []int{5, L}, failing); out != nil || states != nil {
+			t.Fatalf("a failed span gave outputs")
+		}
+	})
+}
+
 // scanInputs are random delta-rule inputs of L rows: unit-scale q and k
 // [1, L, hk, dk], v [1, L, hv, dv], decay and write strength in (0, 1), a
 // small initial state, all float32.
