@@ -934,6 +934,7 @@ bool compose_on_gpu(const mx::array& q, const mx::array& k, bool has_sinks,
   }
   int lq = q.shape(2);
   bool half = q.dtype() == mx::bfloat16 || q.dtype() == mx::float16;
+  // 32 is mlx.MaxComposedQueries (ops.go): keep the two equal.
   return half && lq >= 2 && lq <= 32 && lq <= k.shape(2);
 }
 
