@@ -128,9 +128,15 @@ func TestPromptCacheChatTurns(t *testing.T) {
 	}
 	system := tokenizer.Message{Role: "system", Content: "You are a terse assistant who answers in one line."}
 	chat := []tokenizer.Message{system, {Role: "user", Content: "What is the capital of France?"}}
-	first, _ := run(chat)
+	first, firstCold := run(chat)
 	if first.CachedTokens != 0 {
 		t.Fatalf("first request: %d cached tokens", first.CachedTokens)
+	}
+	// The checkpoint at the system message's end splits the prefill there
+	// (a checkpoint never lands inside a forward); without a prompt cache
+	// the short prompt is one forward.
+	if first.Stats.PrefillForwards != 2 || firstCold.Stats.PrefillForwards != 1 {
+		t.Fatalf("prefill forwards: %d with the prompt cache, %d without; want 2 and 1", first.Stats.PrefillForwards, firstCold.Stats.PrefillForwards)
 	}
 	chat = append(chat, tokenizer.Message{Role: "assistant", Content: first.Text}, tokenizer.Message{Role: "user", Content: "And of Spain?"})
 	second, _ := run(chat)

@@ -64,6 +64,7 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32, breaks ...int) (s
 		if err != nil {
 			return 0, start, err
 		}
+		s.stats.PrefillForwards++
 	}
 	return prompt[len(prompt)-1], len(body), nil
 }

@@ -289,6 +289,9 @@ func TestPrefillChunksEndAtBreaks(t *testing.T) {
 		if !slices.Equal(r.target.forwards, want) {
 			t.Fatalf("target forwards %v, want %v", r.target.forwards, want)
 		}
+		if got := s.Stats().PrefillForwards; got != len(want) {
+			t.Fatalf("stats count %d prefill forwards, want %d", got, len(want))
+		}
 		if !slices.Equal(streamOf(r.caches[0]), prompt[:body]) {
 			t.Fatalf("the target cache holds %d tokens that are not the prompt's first %d", r.caches[0].Offset(), body)
 		}

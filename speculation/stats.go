@@ -19,11 +19,15 @@ const (
 // Stats are one request's speculation counters (spec 10.1). JSON names
 // follow the spec.
 type Stats struct {
-	Iterations  int `json:"iterations"`
-	DraftRounds int `json:"draft_rounds"`
-	Drafted     int `json:"drafted"`
-	Accepted    int `json:"accepted"`
-	MaxDraft    int `json:"max_draft"`
+	Iterations int `json:"iterations"`
+	// PrefillForwards counts the target forwards that wrote the prompt:
+	// chunks of at most PrefillChunk tokens, also ended at the prompt
+	// cache's checkpoints (Session.Prefill).
+	PrefillForwards int `json:"prefill_forwards"`
+	DraftRounds     int `json:"draft_rounds"`
+	Drafted         int `json:"drafted"`
+	Accepted        int `json:"accepted"`
+	MaxDraft        int `json:"max_draft"`
 	// PositionDrafted[i] and PositionAccepted[i] count the rounds that
 	// drafted (accepted) at least i+1 tokens.
 	PositionDrafted  []int `json:"position_drafted"`
@@ -162,6 +166,7 @@ func (s *Stats) finish() {
 // Add sums other into s (per loaded pair totals).
 func (s *Stats) Add(other *Stats) {
 	s.Iterations += other.Iterations
+	s.PrefillForwards += other.PrefillForwards
 	s.DraftRounds += other.DraftRounds
 	s.Drafted += other.Drafted
 	s.Accepted += other.Accepted
