@@ -83,7 +83,8 @@ func (c *phaseClock) lap(field *float64) {
 		return
 	}
 	now, ev := time.Now(), mlx.EvalTiming()
-	spent := now.Sub(c.at) - ev.Submit + c.eval.Submit - ev.Wait + c.eval.Wait
+	inMLX := ev.Sub(c.eval)
+	spent := now.Sub(c.at) - inMLX.Submit - inMLX.Wait
 	*field += float64(spent) / float64(time.Millisecond)
 	c.at, c.eval = now, ev
 }

@@ -183,9 +183,7 @@ func CachedAttention(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx
 // verification's block attention is composed of graph nodes, and the mask
 // alone is five of them a layer.
 func CausalMask(L, offset int) *mlx.Array {
-	rows := mlx.ExpandDims(mlx.Arange(float64(offset), float64(offset+L), 1, mlx.Int32), 1)
-	cols := mlx.ExpandDims(mlx.Arange(0, float64(offset+L), 1, mlx.Int32), 0)
-	return mlx.GreaterEqual(rows, cols)
+	return mlx.Tri(L, offset+L, offset, mlx.Bool)
 }
 
 // WindowMask returns the boolean mask [L, N] of L queries at slots
