@@ -62,20 +62,56 @@ func Schedule(caches []Cache, from, count int) {
 
 // Commit ends a speculative write scheduled with Schedule(caches, from,
 // count): the caches keep the first keep slots of it and sit at from+keep.
-// With keep < count every cache is rewound, live if it can, else from the
-// snapshot at from+keep; if neither works an internal invariant is broken
-// and Commit panics. Unused snapshots are closed first, because a rotating
-// cache copies out every outstanding lazy snapshot when it restores.
+// It is Hold followed by Resolve: see there.
 func Commit(caches []Cache, keep, count, from int) {
-	target := from + keep
-	for _, c := range caches {
+	Hold(caches, from, count).Resolve(keep)
+}
+
+// Held is a speculative write whose outcome is not known yet, taken off the
+// caches so that they can go on from its end: a chained verification is
+// built over a round's whole write before the device has said how much of
+// it the target accepts. Its snapshots stay valid across later writes (a
+// KV or rotating cache copies out the rows a write would overwrite; a
+// recurrent snapshot is an immutable state), so Resolve can still bring
+// the caches back to any slot of the write.
+type Held struct {
+	caches      []Cache
+	snaps       [][]Snapshot // per cache, one per scheduled offset
+	from, count int
+}
+
+// Hold takes the snapshots of the write scheduled with Schedule(caches,
+// from, count) and clears the schedule; the caches stay where the write
+// left them, as if every slot were kept, and may be written again (after a
+// new Schedule) before Resolve.
+func Hold(caches []Cache, from, count int) *Held {
+	h := &Held{caches: caches, snaps: make([][]Snapshot, len(caches)), from: from, count: count}
+	for i, c := range caches {
+		if c != nil {
+			h.snaps[i] = c.TakeSnapshots()
+		}
+	}
+	return h
+}
+
+// Resolve keeps the first keep slots of the held write. With keep == count
+// it only releases the snapshots, and the caches keep whatever was written
+// since. With keep < count every cache goes back to from+keep, live if it
+// can, else from the snapshot at from+keep; a later write must have ended
+// first (its schedule taken, by Commit, Hold or TakeSnapshots). If neither
+// works an internal invariant is broken and Resolve panics. Unused
+// snapshots are closed first, because a rotating cache copies out every
+// outstanding lazy snapshot when it restores. A second Resolve is a no-op.
+func (h *Held) Resolve(keep int) {
+	target := h.from + keep
+	for i, c := range h.caches {
+		snaps := h.snaps[i]
 		if c == nil {
 			continue
 		}
-		snaps := c.TakeSnapshots()
-		if keep < count {
-			for i, s := range snaps {
-				if i != keep && s != nil {
+		if keep < h.count {
+			for j, s := range snaps {
+				if j != keep && s != nil {
 					s.Close()
 				}
 			}
@@ -99,4 +135,5 @@ func Commit(caches []Cache, keep, count, from int) {
 			}
 		}
 	}
+	h.caches, h.snaps = nil, nil
 }
