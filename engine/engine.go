@@ -389,6 +389,7 @@ func (e *Engine) newCore(eos []int32, req Request, targetCaches, draftCaches []c
 		Controller:      e.controller,
 		Logger:          e.log,
 		NoPipeline:      req.NoPipeline || pipelineOff,
+		NoChain:         chainOff,
 	}
 	switch {
 	case req.Drafter != nil:

@@ -79,6 +79,11 @@ type Request struct {
 // overlap off for every request, so one binary can be measured both ways.
 var pipelineOff = os.Getenv("SPECULA_PIPELINE") == "0"
 
+// chainOff is read once: SPECULA_CHAIN=0 turns chained rounds off
+// (speculation.Config.NoChain) and leaves the rest of the pipeline on, so
+// one binary can measure what chaining alone gives.
+var chainOff = os.Getenv("SPECULA_CHAIN") == "0"
+
 // MaxTokensUntilDone is the Request.MaxTokens that generates until a stop or
 // the end of the target's context (ollama's num_predict = -1).
 const MaxTokensUntilDone = sample.MaxTokensUntilDone

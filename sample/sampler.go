@@ -42,6 +42,11 @@ func (s *Sampler) Options() Options { return s.opts }
 // Temperature returns the request's temperature (<= 0: greedy).
 func (s *Sampler) Temperature() float32 { return s.opts.Temperature }
 
+// UsesHistory reports whether Distribution depends on the committed
+// history: whether any penalty applies. Without one, a distribution can be
+// built before the tokens before it are known to the host.
+func (s *Sampler) UsesHistory() bool { return s.opts.penalised() }
+
 // Commit appends emitted tokens to the penalty history.
 func (s *Sampler) Commit(tokens []int32) { s.history.commit(tokens) }
 

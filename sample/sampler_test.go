@@ -243,3 +243,40 @@ func TestOptionsAccessors(t *testing.T) {
 		t.Fatalf("Options %+v Temperature %v, want %+v and 0.7", s.Options(), s.Temperature(), o)
 	}
 }
+
+// UsesHistory is true exactly when the committed history changes a
+// distribution: the same logits after two different histories give the
+// same probabilities for every setting without a penalty.
+func TestUsesHistoryMatchesDistribution(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		logits := mlx.FromFloat32s([]float32{2, 1, 0.5, -1, 0.25}, 1, 5)
+		cases := []struct {
+			name string
+			o    sample.Options
+			want bool
+		}{
+			{"default", sample.Options{}, false},
+			{"sampled, top-k", sample.Options{Temperature: 0.8, TopK: 3}, false},
+			{"repeat penalty", sample.Options{Temperature: 1, RepeatPenalty: 1.3, RepeatLastN: 64}, true},
+			{"presence penalty, whole context", sample.Options{Temperature: 1, PresencePenalty: 0.5, RepeatLastN: -1}, true},
+			{"frequency penalty, greedy", sample.Options{FrequencyPenalty: 3, RepeatLastN: 8}, true},
+			{"penalty with a zero window", sample.Options{Temperature: 1, RepeatPenalty: 1.3}, false},
+			{"repeat penalty 1", sample.Options{Temperature: 1, RepeatPenalty: 1, RepeatLastN: 64}, false},
+		}
+		for _, c := range cases {
+			a, b := sample.New(c.o, []int32{0, 0, 0}), sample.New(c.o, []int32{3, 4})
+			if a.UsesHistory() != c.want {
+				t.Fatalf("%s: UsesHistory = %v, want %v", c.name, a.UsesHistory(), c.want)
+			}
+			da, db := a.Distribution(logits, nil), b.Distribution(logits, nil)
+			pa, pb := t.Float32s(da.Probs), t.Float32s(db.Probs)
+			differ := !slices.Equal(pa, pb)
+			if !da.Dense() {
+				differ = differ || !slices.Equal(t.Int32s(da.IDs), t.Int32s(db.IDs))
+			}
+			if differ != c.want {
+				t.Fatalf("%s: distributions after two histories differ = %v, want %v (probabilities %v and %v)", c.name, differ, c.want, pa, pb)
+			}
+		}
+	})
+}

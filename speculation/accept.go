@@ -18,38 +18,102 @@ type verdict struct {
 	keep     int     // drafts whose slots stay in the target caches
 }
 
+// verification is one round's verification, built and submitted to the
+// device, whose outcome the host has not read yet.
+type verification struct {
+	before int // slot of the round's first row, current
+	n      int // drafts verified
+	// from is the first rollback point scheduled on the target caches:
+	// before+1 for a round built after the previous verdict, before for a
+	// chained one, which may have to be dropped whole.
+	from     int
+	cand     *Candidates
+	ids, aux *mlx.Array // the forwarded rows [1, n+1] and the target's aux rows
+	packed   *mlx.Array // the outcome (see outcome)
+	probe    *mlx.Array // the first logits' check (nil after the first round)
+	// bonus is the target's own token after the drafts, the next round's
+	// current if every draft passes: a greedy round's alone (nil when
+	// sampling, where it is a draw tied to the verdict's keys).
+	bonus *mlx.Array
+	// budget is the remaining budget of the Next call a chained round was
+	// built for.
+	budget int
+}
+
+// count is the number of rollback points scheduled for v.
+func (v *verification) count() int { return v.before + 1 + v.n - v.from }
+
+// keepIndex is the rollback point at which v's caches keep current and the
+// first keep drafts.
+func (v *verification) keepIndex(keep int) int { return v.before + 1 + keep - v.from }
+
+// arrays are what v holds across a sweep.
+func (v *verification) arrays() []*mlx.Array {
+	out := append(v.cand.Arrays(), v.ids, v.aux, v.packed)
+	if v.probe != nil {
+		out = append(out, v.probe)
+	}
+	if v.bonus != nil {
+		out = append(out, v.bonus)
+	}
+	return out
+}
+
 // accept verifies candidates after current (at slot before) in one target
 // forward and applies the speculative-sampling rule (spec 6.1). Each emitted
 // token is distributed as the target's next-token distribution given the
 // emitted prefix, whatever the proposal.
-func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict, err error) {
+func (s *Session) accept(before int, current int32, cand *Candidates) (verdict, error) {
+	return s.settle(s.verify(before, mlx.FromInt32s([]int32{current}), cand, before+1))
+}
+
+// settle reads v's outcome and commits it: the caches keep the accepted
+// run, the draft hears of it and the sampler's history takes the emitted
+// tokens. On an error the caches keep current alone.
+func (s *Session) settle(v *verification) (verdict, error) {
+	held := cache.Hold(s.core.cfg.TargetCaches, v.from, v.count())
+	out, err := s.read(v)
+	if err != nil {
+		held.Resolve(v.keepIndex(0))
+		return out, err
+	}
+	held.Resolve(v.keepIndex(out.keep))
+	s.phases.lap(&s.phases.sums.CommitMS)
+	s.reportKept(v, out, false)
+	return out, nil
+}
+
+// verify schedules rollback points from slot from on the target caches
+// (before+1, or before to be able to drop the round whole), builds the
+// forward over [current, d_0 … d_{n−1}] at slot before and the verdict, and
+// submits them (steps 1–7 of spec 6.1 short of reading). current is [1]
+// int32, host-known or the previous round's lazy bonus. The caller must
+// end the schedule: settle, or Hold and a Resolve.
+func (s *Session) verify(before int, current *mlx.Array, cand *Candidates, from int) *verification {
 	cfg := &s.core.cfg
 	n := cand.N()
-	// 1. Rollback points after current and each of the first n−1 drafts; any
-	// exit before step 12 commits keep = 0.
-	cache.Schedule(cfg.TargetCaches, before+1, n)
-	committed := false
-	defer func() {
-		if !committed {
-			cache.Commit(cfg.TargetCaches, 0, n, before+1)
-		}
-	}()
+	v := &verification{before: before, n: n, from: from, cand: cand}
+	// 1. Rollback points: with from = before+1, after current and each of
+	// the first n−1 drafts.
+	cache.Schedule(cfg.TargetCaches, from, v.count())
 
 	// 2. One forward over [current, d_0 … d_{n−1}]: row i predicts d_i, row n
 	// is the bonus row.
 	drafts := mlx.Reshape(mlx.AsType(cand.Tokens, mlx.Int32), n)
-	ids := mlx.Reshape(mlx.Concatenate(0, mlx.FromInt32s([]int32{current}), drafts), 1, n+1)
+	v.ids = mlx.Reshape(mlx.Concatenate(0, mlx.Reshape(mlx.AsType(current, mlx.Int32), 1), drafts), 1, n+1)
 	s.phases.lap(&s.phases.sums.ScheduleMS)
-	hidden, aux := cfg.Target.Forward(&model.Batch{InputIDs: ids, SeqOffsets: []int{before}, SeqQueryLens: []int{n + 1}}, cfg.TargetCaches)
+	var hidden *mlx.Array
+	hidden, v.aux = cfg.Target.Forward(&model.Batch{InputIDs: v.ids, SeqOffsets: []int{before}, SeqQueryLens: []int{n + 1}}, cfg.TargetCaches)
 	s.phases.lap(&s.phases.sums.ForwardMS)
 
 	// 3. Target distributions, row i's penalty history extended by d_0 … d_{i−1}.
 	logits := cfg.Target.Unembed(hidden)
-	probe := s.logitsProbe(logits)
+	v.probe = s.logitsProbe(logits)
 	p := s.sampler.Distribution(mlx.Reshape(logits, n+1, logits.Dim(-1)), drafts)
 	var flags, res, bonus *mlx.Array
 	if s.sampler.Temperature() <= 0 {
 		flags, res, bonus = greedyVerdict(p, drafts, n)
+		v.bonus = bonus
 		// The general path's three draws (the uniforms, the residuals, the
 		// bonus) each take a key; skipping them keeps the keys that follow.
 		s.sampler.Skip(3)
@@ -67,38 +131,48 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 
 	// 7. One evaluation, read back in one small transfer: the outcome is
 	// reduced on the device to [accepted, d_0 … d_{n−1}, next] (see
-	// outcome). Waiting on the proposal first splits the round's time into
-	// draft and verify (the draft was started asynchronously, and its own
-	// arrays signal when it is done); the verification is submitted before
-	// that wait, so the device goes on from the draft to it without waiting
-	// for the host.
-	packed := outcome(flags, drafts, res, bonus)
-	outs := []*mlx.Array{packed}
-	if probe != nil {
-		outs = append(outs, probe)
-	}
+	// outcome). It is submitted now, so that the device goes on from the
+	// draft to it without waiting for the host.
+	v.packed = outcome(flags, drafts, res, bonus)
 	if !cfg.NoPipeline {
-		_ = mlx.AsyncEval(outs...)
+		_ = mlx.AsyncEval(v.outputs()...)
 	}
 	s.phases.lap(&s.phases.sums.VerdictMS)
-	if err := mlx.Eval(cand.Tokens); err != nil {
-		return v, err
+	return v
+}
+
+// outputs are the arrays the host reads from v.
+func (v *verification) outputs() []*mlx.Array {
+	if v.probe != nil {
+		return []*mlx.Array{v.packed, v.probe}
+	}
+	return []*mlx.Array{v.packed}
+}
+
+// read waits for v's outcome and turns it into a verdict (steps 7–11).
+// Waiting on the proposal first splits the round's time into draft and
+// verify (the draft was started asynchronously, and its own arrays signal
+// when it is done).
+func (s *Session) read(v *verification) (out verdict, err error) {
+	n := v.n
+	if err := mlx.Eval(v.cand.Tokens); err != nil {
+		return out, err
 	}
 	t1 := time.Now()
-	if err := mlx.Eval(outs...); err != nil {
-		return v, err
+	if err := mlx.Eval(v.outputs()...); err != nil {
+		return out, err
 	}
 	t2 := time.Now()
-	if err := checkProbe(probe); err != nil {
-		return v, err
+	if err := checkProbe(v.probe); err != nil {
+		return out, err
 	}
 	s.roundDraftMS, s.roundVerify = msSince(s.roundBegin, t1), msSince(t1, t2)
 	s.stats.DraftMS += s.roundDraftMS
 	s.stats.VerifyMS += s.roundVerify
 
-	got, err := packed.Int32s()
+	got, err := v.packed.Int32s()
 	if err != nil {
-		return v, err
+		return out, err
 	}
 	if len(got) != n+2 || got[0] < 0 || int(got[0]) > n {
 		panic(fmt.Sprintf("speculation: verification outcome %v for n = %d", got, n))
@@ -106,42 +180,43 @@ func (s *Session) accept(before int, current int32, cand *Candidates) (v verdict
 	d, next := got[1:n+1], got[n+1]
 
 	// 8. Leading accepted drafts.
-	v.accepted = int(got[0])
-	v.observed = n
+	out.accepted = int(got[0])
+	out.observed = n
 	// 9. An accepted EOS ends the request: it is emitted but not kept (the
 	// next turn will not contain it, and a recurrent state cannot drop a
 	// folded-in token).
 	done := false
-	v.keep = v.accepted
-	for i := range v.accepted {
+	out.keep = out.accepted
+	for i := range out.accepted {
 		if s.core.IsEOS(d[i]) {
 			done = true
-			v.accepted, v.observed, v.keep = i+1, i+1, i
+			out.accepted, out.observed, out.keep = i+1, i+1, i
 			break
 		}
 	}
 	// 10–11. Emitted tokens.
-	v.tokens = append(v.tokens, d[:v.accepted]...)
+	out.tokens = append(out.tokens, d[:out.accepted]...)
 	if !done {
 		// The residual of row accepted, or the bonus when all passed.
-		v.tokens = append(v.tokens, next)
+		out.tokens = append(out.tokens, next)
 	}
 	s.phases.lap(&s.phases.sums.ReadMS)
-	// 12. Keep current and the first keep drafts in the target caches.
-	cache.Commit(cfg.TargetCaches, v.keep, n, before+1)
-	committed = true
-	s.phases.lap(&s.phases.sums.CommitMS)
-	// 13. Report the kept run before returning, so a cancelled emission still
-	// leaves the draft level with the caches.
-	if s.draft != nil {
-		s.draft.Committed(mlx.SliceAxis(ids, 1, 0, v.keep+1), mlx.SliceAxis(aux, 1, 0, v.keep+1), before)
+	return out, nil
+}
+
+// reportKept is steps 13–14 once the caches keep out.keep drafts of v:
+// the draft hears of the kept run (before the tokens go back to the
+// caller, so a cancelled emission still leaves it level with the caches;
+// heard is set when it already has) and the sampler's penalty history
+// takes the emitted tokens.
+func (s *Session) reportKept(v *verification, out verdict, heard bool) {
+	if s.draft != nil && !heard {
+		s.draft.Committed(mlx.SliceAxis(v.ids, 1, 0, out.keep+1), mlx.SliceAxis(v.aux, 1, 0, out.keep+1), v.before)
 	}
 	s.phases.lap(&s.phases.sums.DraftCommitMS)
-	// 14. The penalty history.
-	s.sampler.Commit(v.tokens)
+	s.sampler.Commit(out.tokens)
 	s.phases.lap(&s.phases.sums.CommitMS)
 	s.phases.endRound()
-	return v, nil
 }
 
 // greedyVerdict is steps 4–6 at temperature 0, where each row of p is one

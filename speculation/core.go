@@ -47,6 +47,10 @@ type Config struct {
 	// tokens were emitted. Output is the same either way (ids, stops,
 	// seeded draws); benchmarks and tests compare the two.
 	NoPipeline bool
+	// NoChain turns chained rounds off (Decoder.chain: the next round
+	// verified before this round's verdict is read) and leaves the rest of
+	// the pipeline on, for measuring them. Output is the same either way.
+	NoChain bool
 }
 
 // Core drives speculation for one loaded target+draft pair. Its depth

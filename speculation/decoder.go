@@ -83,6 +83,15 @@ type Decoder struct {
 	// while the host emits, sweeps and starts the next round.
 	early    *Candidates
 	earlyFor int
+
+	// ahead is the next round's verification, chained (built and
+	// submitted) before this round's verdict was read, on the guess that
+	// this round passes every draft (pinned; nil if none); see chain.
+	ahead *verification
+	// missed is set when the last verdict rejected a draft: the next round
+	// is not chained on, since a wrong guess costs the device a whole
+	// verification.
+	missed bool
 }
 
 // Decoder starts decoding after seed, which will take slot position.
@@ -115,48 +124,172 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 		return []int32{tok}, nil
 	}
 	s.beginRound()
-	cand := d.takeEarly(remaining)
-	if cand == nil && s.limit > 0 && remaining > 1 && s.draft != nil {
-		cand = s.draft.Propose(mlx.FromInt32s([]int32{d.current}, 1), min(s.limit, remaining-1))
-		if cand != nil {
-			// Let the draft run while the host builds the verification.
-			_ = mlx.AsyncEval(cand.Arrays()...)
-		}
-	}
-	if cand == nil {
-		faulted := ""
-		if f, ok := s.draft.(Faulted); ok && s.draft != nil {
-			if faulted = f.FaultReason(); faulted != "" {
-				// A fault lasts for the request: stay parked.
-				s.limit, s.trains = 0, false
+	v := d.takeAhead(remaining)
+	if v == nil {
+		cand := d.takeEarly(remaining)
+		if cand == nil && s.limit > 0 && remaining > 1 && s.draft != nil {
+			cand = s.draft.Propose(mlx.FromInt32s([]int32{d.current}, 1), min(s.limit, remaining-1))
+			if cand != nil {
+				// Let the draft run while the host builds the verification.
+				_ = mlx.AsyncEval(cand.Arrays()...)
 			}
 		}
-		s.stats.fallback(s.fallbackReason(remaining, faulted))
-		if d.inner == nil {
-			d.inner = &plainDecoder{s: s, current: d.current, position: d.position}
+		if cand == nil {
+			faulted := ""
+			if f, ok := s.draft.(Faulted); ok && s.draft != nil {
+				if faulted = f.FaultReason(); faulted != "" {
+					// A fault lasts for the request: stay parked.
+					s.limit, s.trains = 0, false
+				}
+			}
+			s.stats.fallback(s.fallbackReason(remaining, faulted))
+			if d.inner == nil {
+				d.inner = &plainDecoder{s: s, current: d.current, position: d.position}
+			}
+			tok, err := d.inner.next()
+			if err != nil {
+				return nil, err
+			}
+			s.endRound(0, 0, 0)
+			return []int32{tok}, nil
 		}
-		tok, err := d.inner.next()
+		cand, err := s.truncate(cand)
 		if err != nil {
 			return nil, err
 		}
-		s.endRound(0, 0, 0)
-		return []int32{tok}, nil
+		s.phases.lap(&s.phases.sums.ProposeMS)
+		v = s.verify(d.position, mlx.FromInt32s([]int32{d.current}, 1), cand, d.position+1)
 	}
-	cand, err := s.truncate(cand)
+	out, err := d.settle(v, remaining)
 	if err != nil {
 		return nil, err
+	}
+	s.endRound(v.n, out.accepted, out.observed)
+	d.position += 1 + out.keep
+	d.current = out.tokens[len(out.tokens)-1]
+	if d.ahead == nil {
+		d.proposeEarly(remaining - len(out.tokens))
+	}
+	return out.tokens, nil
+}
+
+// settle reads v's verdict and commits it, first chaining the next round
+// on v when it can (chain). A chained round is kept in d.ahead when v
+// passed every draft, and dropped otherwise.
+func (d *Decoder) settle(v *verification, remaining int) (verdict, error) {
+	s := d.s
+	next := d.chain(v, remaining)
+	if next == nil {
+		out, err := s.settle(v)
+		d.missed = err == nil && out.accepted < v.n
+		return out, err
+	}
+	// chain took v's write off the caches, which went on from its end.
+	held, ahead := next.held, next.verification
+	out, err := s.read(v)
+	if err != nil {
+		d.drop(ahead)
+		held.Resolve(v.keepIndex(0))
+		return out, err
+	}
+	if out.keep == v.n {
+		held.Resolve(v.count())
+		s.phases.lap(&s.phases.sums.CommitMS)
+		s.reportKept(v, out, true)
+		mlx.Pin(ahead.arrays()...)
+		d.ahead = ahead
+		return out, nil
+	}
+	// The guess was wrong: forget the chained round and what the draft
+	// heard of v's run, then keep v's accepted run as an unchained round
+	// would.
+	d.missed = true
+	d.drop(ahead)
+	s.draft.(Retractor).Retract(v.before)
+	held.Resolve(v.keepIndex(out.keep))
+	s.phases.lap(&s.phases.sums.CommitMS)
+	s.reportKept(v, out, false)
+	return out, nil
+}
+
+// chained is a round chained on v, with v's write held.
+type chained struct {
+	*verification
+	held *cache.Held
+}
+
+// chain builds and submits the round after v before v's verdict is read,
+// guessing that v passes every draft: v's write is held (cache.Hold), the
+// draft hears of v's whole run and proposes after v's bonus token — the
+// target's own choice after the drafts, still on the device — and the
+// verification of that proposal is built from v's end. The device then
+// goes from v to the next round without waiting for the host, whose
+// reading of v's verdict, emitting and building overlap the next
+// verification. It returns nil, touching nothing, unless the guess can be
+// made and checked: greedy sampling without penalties (the bonus and the
+// next distributions need no draw and no history), a draft session that
+// can take reports back (Retractor), the pipeline on, the last verdict
+// not a miss, and budget left for another drafting round after v's n+1
+// tokens. An EOS among them is a miss like a rejection: the verdict keeps
+// fewer drafts.
+func (d *Decoder) chain(v *verification, remaining int) *chained {
+	s := d.s
+	left := remaining - (v.n + 1)
+	if _, ok := s.draft.(Retractor); !ok || v.bonus == nil || s.sampler.UsesHistory() ||
+		s.core.cfg.NoPipeline || s.core.cfg.NoChain || d.missed || s.limit <= 0 || left <= 1 {
+		return nil
+	}
+	s.draft.Committed(v.ids, v.aux, v.before)
+	at := v.before + v.n + 1 // the bonus token's slot
+	cand := s.draft.Propose(v.bonus, min(s.limit, left-1))
+	if cand != nil && cand.Confidence != nil && s.core.cfg.ConfidenceFloor > 0 {
+		// Cutting on confidences reads them: the device would wait for
+		// the host, which the chain exists to avoid.
+		cand = nil
+	}
+	if cand == nil {
+		s.draft.(Retractor).Retract(v.before)
+		return nil
 	}
 	s.phases.lap(&s.phases.sums.ProposeMS)
-	v, err := s.accept(d.position, d.current, cand)
-	if err != nil {
-		return nil, err
+	held := cache.Hold(s.core.cfg.TargetCaches, v.from, v.count())
+	next := s.verify(at, v.bonus, cand, at)
+	next.budget = left
+	s.stats.ChainedRounds++
+	return &chained{verification: next, held: held}
+}
+
+// takeAhead returns the chained round if it was built for this call's
+// budget (it always is when Run drives the decoder), releasing its pins;
+// one built for another budget is dropped.
+func (d *Decoder) takeAhead(remaining int) *verification {
+	v := d.ahead
+	if v == nil || v.budget != remaining {
+		d.dropAhead()
+		return nil
 	}
-	s.endRound(cand.N(), v.accepted, v.observed)
-	d.position += 1 + v.keep
-	d.current = v.tokens[len(v.tokens)-1]
-	out := v.tokens
-	d.proposeEarly(remaining - len(out))
-	return out, nil
+	d.ahead = nil
+	mlx.Unpin(v.arrays()...)
+	return v
+}
+
+// dropAhead drops an unread chained round, leaving the caches and the
+// draft where the last verdict left them.
+func (d *Decoder) dropAhead() {
+	if v := d.ahead; v != nil {
+		d.ahead = nil
+		mlx.Unpin(v.arrays()...)
+		d.drop(v)
+		d.s.draft.(Retractor).Retract(v.before)
+	}
+}
+
+// drop ends a chained verification unread: the target caches go back to
+// where it began (its schedule starts there). The device may still run it;
+// its outcome is never read.
+func (d *Decoder) drop(v *verification) {
+	cache.Commit(d.s.core.cfg.TargetCaches, 0, v.count(), v.from)
+	d.s.stats.ChainedDropped++
 }
 
 // proposeEarly makes the next round's proposal now, when that round will
@@ -201,6 +334,7 @@ func (d *Decoder) takeEarly(remaining int) *Candidates {
 // Close ends decoding; a parked decoder drops its in-flight sample, and an
 // unused early proposal is released (the session's Settle rewinds it).
 func (d *Decoder) Close() {
+	d.dropAhead()
 	if d.early != nil {
 		mlx.Unpin(d.early.Arrays()...)
 		d.early = nil
@@ -356,6 +490,9 @@ type Result struct {
 // cancelled run returns ctx.Err() with the caches consistent. Arrays made by
 // a round and not pinned are swept after it.
 func Run(ctx context.Context, d *Decoder, budget int, emit func(tok int32) error) (Result, error) {
+	// A round chained on the last one is never read once Run returns:
+	// drop it, so that the caches hold what Result says.
+	defer d.dropAhead()
 	var res Result
 	for len(res.Tokens) < budget {
 		if err := ctx.Err(); err != nil {

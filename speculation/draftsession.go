@@ -110,6 +110,17 @@ type Faulted interface {
 	FaultReason() string
 }
 
+// Retractor is implemented by draft sessions that can take reports back,
+// which lets the decoder chain rounds: the next round is proposed and
+// verified before the current round's verdict is read, on the guess that
+// every draft passes, so the current round's whole run is reported before
+// its verdict. When the verdict keeps less, Retract(position) forgets every
+// report of the slots at and after position, and any proposal made since;
+// the kept run is then reported again.
+type Retractor interface {
+	Retract(position int)
+}
+
 // DrafterFactory is implemented by draft instances that build their own
 // Drafter once the target is loaded, instead of being wrapped in a
 // BlockDrafter by the engine: plugin proxies, which must send the target's

@@ -36,6 +36,10 @@ func (s *oracleSession) Committed(tokens, _ *mlx.Array, position int) {
 	s.frontier = max(s.frontier, position+tokens.Dim(1))
 }
 
+// Retract forgets the reports from position on: the oracle proposes from
+// its frontier alone, so rounds chain on it (Retractor).
+func (s *oracleSession) Retract(position int) { s.frontier = min(s.frontier, position) }
+
 func (s *oracleSession) Settle() {}
 func (s *oracleSession) Close()  {}
 

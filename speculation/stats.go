@@ -33,6 +33,13 @@ type Stats struct {
 	PositionDrafted  []int `json:"position_drafted"`
 	PositionAccepted []int `json:"position_accepted"`
 
+	// ChainedRounds counts the drafting rounds built and submitted before
+	// the previous round's verdict was read, on the guess that it passes
+	// every draft (Decoder), and ChainedDropped those of them dropped
+	// because it did not.
+	ChainedRounds  int `json:"chained_rounds"`
+	ChainedDropped int `json:"chained_dropped"`
+
 	DraftMS    float64 `json:"draft_ms"`
 	VerifyMS   float64 `json:"verify_ms"`
 	OverheadMS float64 `json:"overhead_ms"`
@@ -179,6 +186,8 @@ func (s *Stats) Add(other *Stats) {
 		s.PositionDrafted[i] += other.PositionDrafted[i]
 		s.PositionAccepted[i] += other.PositionAccepted[i]
 	}
+	s.ChainedRounds += other.ChainedRounds
+	s.ChainedDropped += other.ChainedDropped
 	s.DraftMS += other.DraftMS
 	s.VerifyMS += other.VerifyMS
 	s.OverheadMS += other.OverheadMS

@@ -375,6 +375,11 @@ type modeResult struct {
 	DraftMSPerRound      float64   `json:"draft_ms_per_round,omitempty"`
 	VerifyMSPerRound     float64   `json:"verify_ms_per_round,omitempty"`
 	OverheadMSPerRound   float64   `json:"overhead_ms_per_round,omitempty"`
+	// ChainedRounds and ChainedDropped count the drafting rounds verified
+	// before the previous round's verdict was read, and those of them
+	// dropped because that round rejected a draft (speculation.Stats).
+	ChainedRounds  int `json:"chained_rounds,omitempty"`
+	ChainedDropped int `json:"chained_dropped,omitempty"`
 	// LoopSplit separates the runs whose continuation ends in a loop
 	// (endsInLoop); only for modes that drafted.
 	LoopSplit *loopSplit `json:"loop_split,omitempty"`
@@ -565,6 +570,7 @@ func (m *benchMode) result() modeResult {
 		res.AcceptanceByPosition = st.PerPositionAcceptance()
 		n := float64(st.DraftRounds)
 		res.DraftMSPerRound, res.VerifyMSPerRound, res.OverheadMSPerRound = st.DraftMS/n, st.VerifyMS/n, st.OverheadMS/n
+		res.ChainedRounds, res.ChainedDropped = st.ChainedRounds, st.ChainedDropped
 		res.LoopSplit = &loopSplit{}
 		for i, g := range []*loopGroup{&res.LoopSplit.NonLooping, &res.LoopSplit.Looping} {
 			for _, l := range m.loops {
@@ -747,8 +753,23 @@ func printBench(w io.Writer, r *benchResult) {
 		fmt.Fprintln(w)
 	}
 	printLoopSplit(w, r)
+	printChained(w, rows)
 	printHostDevice(w, rows)
 	printOutputChecks(w, rows)
+}
+
+// printChained says, for the modes that chained rounds, how many of their
+// drafting rounds were verified before the previous verdict was read.
+func printChained(w io.Writer, rows []modeResult) {
+	var parts []string
+	for _, m := range rows {
+		if m.ChainedRounds > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d (%d dropped)", m.Mode, m.ChainedRounds, m.ChainedDropped))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "\nchained rounds (verified before the previous round's verdict was read): %s\n", strings.Join(parts, ", "))
+	}
 }
 
 // printOutputChecks says which drafting modes' greedy outputs left plain
