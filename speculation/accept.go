@@ -87,7 +87,7 @@ func (s *Session) settle(v *verification) (verdict, error) {
 // (before+1, or before to be able to drop the round whole), builds the
 // forward over [current, d_0 … d_{n−1}] at slot before and the verdict, and
 // submits them (steps 1–7 of spec 6.1 short of reading). current is [1]
-// int32, host-known or the previous round's lazy bonus. The caller must
+// integer, host-known or the previous round's lazy bonus. The caller must
 // end the schedule: settle, or Hold and a Resolve.
 func (s *Session) verify(before int, current *mlx.Array, cand *Candidates, from int) *verification {
 	cfg := &s.core.cfg
@@ -100,7 +100,10 @@ func (s *Session) verify(before int, current *mlx.Array, cand *Candidates, from 
 	// 2. One forward over [current, d_0 … d_{n−1}]: row i predicts d_i, row n
 	// is the bonus row.
 	drafts := mlx.Reshape(mlx.AsType(cand.Tokens, mlx.Int32), n)
-	v.ids = mlx.Reshape(mlx.Concatenate(0, mlx.Reshape(mlx.AsType(current, mlx.Int32), 1), drafts), 1, n+1)
+	if current.DType() != mlx.Int32 {
+		current = mlx.AsType(current, mlx.Int32) // a lazy bonus: the argmax's dtype
+	}
+	v.ids = mlx.Reshape(mlx.Concatenate(0, current, drafts), 1, n+1)
 	s.phases.lap(&s.phases.sums.ScheduleMS)
 	var hidden *mlx.Array
 	hidden, v.aux = cfg.Target.Forward(&model.Batch{InputIDs: v.ids, SeqOffsets: []int{before}, SeqQueryLens: []int{n + 1}}, cfg.TargetCaches)

@@ -189,6 +189,7 @@ func (d *Decoder) settle(v *verification, remaining int) (verdict, error) {
 	out, err := s.read(v)
 	if err != nil {
 		d.drop(ahead)
+		s.draft.(Retractor).Retract(v.before)
 		held.Resolve(v.keepIndex(0))
 		return out, err
 	}
