@@ -2,6 +2,7 @@ package speculation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -217,6 +218,50 @@ func TestChainedRoundAfterEOSIsDropped(t *testing.T) {
 		}
 		if seen == 0 {
 			t.Fatalf("no token of %v first occurs as a round's bonus: pick another target", free.Tokens)
+		}
+	})
+}
+
+// A run cancelled while a chained round is in flight returns with that
+// round dropped: the target cache holds the prompt and the emitted tokens,
+// the last possibly not yet, and nothing of the chained round.
+func TestCancelledRunDropsChainedRound(t *testing.T) {
+	const vocab = 12
+	target, _ := markovPair(7, vocab, 0, 3)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		prompt := []int32{1, 9, 2}
+		want, seq := plainSeq(t, target, prompt, 40, sample.Options{})
+		for _, stopAfter := range []int{1, 4, 9, 17} {
+			caches := newCaches()
+			s := NewCore(Config{Target: &markovTarget{table: target}, TargetCaches: caches[:1], Drafter: NewOracle(seq, 3), FixedDepth: 3}).
+				Open(Request{Sampler: sample.New(sample.Options{}, prompt)})
+			seed, pos, err := s.Prefill(context.Background(), prompt)
+			t.NoErr(err)
+			d := s.Decoder(seed, pos)
+			ctx, cancel := context.WithCancel(context.Background())
+			emitted := 0
+			res, err := Run(ctx, d, 40, func(int32) error {
+				if emitted++; emitted == stopAfter {
+					cancel()
+				}
+				return nil
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("stop after %d: Run returned %v, want context.Canceled", stopAfter, err)
+			}
+			if n := len(res.Tokens); n < stopAfter || n >= len(want.Tokens) || !slices.Equal(res.Tokens, want.Tokens[:n]) {
+				t.Fatalf("stop after %d: %v, want a prefix of %v at least %d long", stopAfter, res.Tokens, want.Tokens, stopAfter)
+			}
+			all := slices.Concat(prompt, res.Tokens)
+			if got := streamOf(caches[0]); len(got) < len(all)-1 || len(got) > len(all) || !slices.Equal(got, all[:len(got)]) {
+				t.Fatalf("stop after %d: the target cache holds %v, want %v or all but its last token", stopAfter, got, all)
+			}
+			if st := s.Stats(); st.ChainedRounds == 0 || st.ChainedDropped != 1 {
+				t.Fatalf("stop after %d: %d chained rounds, %d dropped; want some, and the one in flight dropped", stopAfter, st.ChainedRounds, st.ChainedDropped)
+			}
+			d.Close()
+			s.Close()
+			cancel()
 		}
 	})
 }
