@@ -35,9 +35,11 @@ type verification struct {
 	// current if every draft passes: a greedy round's alone (nil when
 	// sampling, where it is a draw tied to the verdict's keys).
 	bonus *mlx.Array
-	// budget is the remaining budget of the Next call a chained round was
+	// chained is set for a round built before the previous verdict was
+	// read, and budget is the remaining budget of the Next call it was
 	// built for.
-	budget int
+	chained bool
+	budget  int
 }
 
 // count is the number of rollback points scheduled for v.
@@ -170,6 +172,12 @@ func (s *Session) read(v *verification) (out verdict, err error) {
 		return out, err
 	}
 	s.roundDraftMS, s.roundVerify = msSince(s.roundBegin, t1), msSince(t1, t2)
+	if v.chained {
+		// Proposed and submitted during the previous round: what the host
+		// did since this round began (building the round after it) is
+		// overhead, not drafting.
+		s.roundDraftMS = 0
+	}
 	s.stats.DraftMS += s.roundDraftMS
 	s.stats.VerifyMS += s.roundVerify
 

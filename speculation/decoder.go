@@ -255,7 +255,7 @@ func (d *Decoder) chain(v *verification, remaining int) *chained {
 	s.phases.lap(&s.phases.sums.ProposeMS)
 	held := cache.Hold(s.core.cfg.TargetCaches, v.from, v.count())
 	next := s.verify(at, v.bonus, cand, at)
-	next.budget = left
+	next.chained, next.budget = true, left
 	s.stats.ChainedRounds++
 	return &chained{verification: next, held: held}
 }
