@@ -61,14 +61,6 @@ func (v *verification) arrays() []*mlx.Array {
 	return out
 }
 
-// accept verifies candidates after current (at slot before) in one target
-// forward and applies the speculative-sampling rule (spec 6.1). Each emitted
-// token is distributed as the target's next-token distribution given the
-// emitted prefix, whatever the proposal.
-func (s *Session) accept(before int, current int32, cand *Candidates) (verdict, error) {
-	return s.settle(s.verify(before, mlx.FromInt32s([]int32{current}), cand, before+1))
-}
-
 // settle reads v's outcome and commits it: the caches keep the accepted
 // run, the draft hears of it and the sampler's history takes the emitted
 // tokens. On an error the caches keep current alone.
@@ -79,12 +71,15 @@ func (s *Session) settle(v *verification) (verdict, error) {
 		held.Resolve(v.keepIndex(0))
 		return out, err
 	}
-	held.Resolve(v.keepIndex(out.keep))
-	s.phases.lap(&s.phases.sums.CommitMS)
-	s.reportKept(v, out, false)
+	s.commit(v, held, out, false)
 	return out, nil
 }
 
+// verify, read and commit verify a proposal after current (at slot
+// before) in one target forward and apply the speculative-sampling rule
+// (spec 6.1): each emitted token is distributed as the target's next-token
+// distribution given the emitted prefix, whatever the proposal.
+//
 // verify schedules rollback points from slot from on the target caches
 // (before+1, or before to be able to drop the round whole), builds the
 // forward over [current, d_0 … d_{n−1}] at slot before and the verdict, and
@@ -215,12 +210,14 @@ func (s *Session) read(v *verification) (out verdict, err error) {
 	return out, nil
 }
 
-// reportKept is steps 13–14 once the caches keep out.keep drafts of v:
-// the draft hears of the kept run (before the tokens go back to the
-// caller, so a cancelled emission still leaves it level with the caches;
-// heard is set when it already has) and the sampler's penalty history
-// takes the emitted tokens.
-func (s *Session) reportKept(v *verification, out verdict, heard bool) {
+// commit is steps 12–14 once v's verdict out is read: the held caches
+// keep current and the first out.keep drafts, the draft hears of the kept
+// run (before the tokens go back to the caller, so a cancelled emission
+// still leaves it level with the caches; heard is set when it already has)
+// and the sampler's penalty history takes the emitted tokens.
+func (s *Session) commit(v *verification, held *cache.Held, out verdict, heard bool) {
+	held.Resolve(v.keepIndex(out.keep))
+	s.phases.lap(&s.phases.sums.CommitMS)
 	if s.draft != nil && !heard {
 		s.draft.Committed(mlx.SliceAxis(v.ids, 1, 0, out.keep+1), mlx.SliceAxis(v.aux, 1, 0, out.keep+1), v.before)
 	}

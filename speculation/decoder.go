@@ -194,9 +194,7 @@ func (d *Decoder) settle(v *verification, remaining int) (verdict, error) {
 		return out, err
 	}
 	if out.keep == v.n {
-		held.Resolve(v.count())
-		s.phases.lap(&s.phases.sums.CommitMS)
-		s.reportKept(v, out, true)
+		s.commit(v, held, out, true)
 		mlx.Pin(ahead.arrays()...)
 		d.ahead = ahead
 		return out, nil
@@ -207,9 +205,7 @@ func (d *Decoder) settle(v *verification, remaining int) (verdict, error) {
 	d.missed = true
 	d.drop(ahead)
 	s.draft.(Retractor).Retract(v.before)
-	held.Resolve(v.keepIndex(out.keep))
-	s.phases.lap(&s.phases.sums.CommitMS)
-	s.reportKept(v, out, false)
+	s.commit(v, held, out, false)
 	return out, nil
 }
 

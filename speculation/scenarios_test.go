@@ -224,7 +224,7 @@ func TestSelectorProposalAndRejection(t *testing.T) {
 				// A fresh speculation session over the target cache only.
 				target := newRig(r.target.succ, 0, false)
 				sess := target.core.Open(Request{Sampler: sample.New(opts, nil)})
-				v, err := sess.accept(0, 1, cand)
+				v, err := sess.settle(sess.verify(0, mlx.FromInt32s([]int32{1}), cand, 1))
 				t.NoErr(err)
 				if len(v.tokens) == 0 || v.tokens[0] != 2 || (temp == 0 && (v.accepted != 0 || len(v.tokens) != 1)) {
 					t.Fatalf("accepted %d, emitted %v; want target token 2 first", v.accepted, v.tokens)
