@@ -170,7 +170,7 @@ func TestStatsDerivedFigures(t *testing.T) {
 	s.round(3, 3, timeZero)
 	s.round(3, 1, timeZero)
 	s.round(2, 0, timeZero)
-	if s.Iterations != 4 || s.DraftRounds != 3 || s.Drafted != 8 || s.Accepted != 4 {
+	if s.Iterations != 4 || s.DraftRounds != 3 || s.Drafted != 8 || s.Accepted != 4 || s.WholeRounds != 1 {
 		t.Fatalf("counters %+v", s)
 	}
 	if got := s.MeanAcceptanceLength(); math.Abs(got-(1+4.0/3)) > 1e-12 {
@@ -181,6 +181,12 @@ func TestStatsDerivedFigures(t *testing.T) {
 	}
 	if got := s.PerPositionAcceptance(); got[0] != 2.0/3 || got[2] != 0.5 {
 		t.Fatalf("per-position acceptance %v", got)
+	}
+	var sum Stats
+	sum.Add(&s)
+	sum.Add(&s)
+	if sum.WholeRounds != 2 || sum.DraftRounds != 6 {
+		t.Fatalf("two requests summed: %d whole rounds of %d, want 2 of 6", sum.WholeRounds, sum.DraftRounds)
 	}
 }
 

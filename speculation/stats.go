@@ -32,6 +32,10 @@ type Stats struct {
 	// drafted (accepted) at least i+1 tokens.
 	PositionDrafted  []int `json:"position_drafted"`
 	PositionAccepted []int `json:"position_accepted"`
+	// WholeRounds counts the drafting rounds whose every draft was
+	// accepted: how often a guess that a round passes whole (a chained
+	// round's, Decoder.chain) would have held for this draft.
+	WholeRounds int `json:"whole_rounds"`
 
 	// ChainedRounds counts the drafting rounds built and submitted before
 	// the previous round's verdict was read, on the guess that it passes
@@ -122,6 +126,9 @@ func (s *Stats) round(n, accepted int, now time.Time) {
 	s.Drafted += n
 	s.Accepted += accepted
 	s.MaxDraft = max(s.MaxDraft, n)
+	if accepted == n {
+		s.WholeRounds++
+	}
 	for len(s.PositionDrafted) < n {
 		s.PositionDrafted = append(s.PositionDrafted, 0)
 		s.PositionAccepted = append(s.PositionAccepted, 0)
@@ -186,6 +193,7 @@ func (s *Stats) Add(other *Stats) {
 		s.PositionDrafted[i] += other.PositionDrafted[i]
 		s.PositionAccepted[i] += other.PositionAccepted[i]
 	}
+	s.WholeRounds += other.WholeRounds
 	s.ChainedRounds += other.ChainedRounds
 	s.ChainedDropped += other.ChainedDropped
 	s.DraftMS += other.DraftMS

@@ -380,6 +380,11 @@ type modeResult struct {
 	// dropped because that round rejected a draft (speculation.Stats).
 	ChainedRounds  int `json:"chained_rounds,omitempty"`
 	ChainedDropped int `json:"chained_dropped,omitempty"`
+	// DraftRounds counts the mode's drafting rounds, and WholeRoundShare
+	// the fraction of them whose every draft was accepted: how often a
+	// chained round's guess would hold for this draft at this depth.
+	DraftRounds     int      `json:"draft_rounds,omitempty"`
+	WholeRoundShare *float64 `json:"whole_round_share,omitempty"`
 	// LoopSplit separates the runs whose continuation ends in a loop
 	// (endsInLoop); only for modes that drafted.
 	LoopSplit *loopSplit `json:"loop_split,omitempty"`
@@ -571,6 +576,8 @@ func (m *benchMode) result() modeResult {
 		n := float64(st.DraftRounds)
 		res.DraftMSPerRound, res.VerifyMSPerRound, res.OverheadMSPerRound = st.DraftMS/n, st.VerifyMS/n, st.OverheadMS/n
 		res.ChainedRounds, res.ChainedDropped = st.ChainedRounds, st.ChainedDropped
+		whole := float64(st.WholeRounds) / n
+		res.DraftRounds, res.WholeRoundShare = st.DraftRounds, &whole
 		res.LoopSplit = &loopSplit{}
 		for i, g := range []*loopGroup{&res.LoopSplit.NonLooping, &res.LoopSplit.Looping} {
 			for _, l := range m.loops {
@@ -751,6 +758,9 @@ func printBench(w io.Writer, r *benchResult) {
 			fmt.Fprintf(w, " %d:%.2f", i+1, a)
 		}
 		fmt.Fprintln(w)
+		if sh := r.Speculative.WholeRoundShare; sh != nil {
+			fmt.Fprintf(w, "speculative rounds that passed every draft: %.1f %% of %d\n", 100**sh, r.Speculative.DraftRounds)
+		}
 	}
 	printLoopSplit(w, r)
 	printChained(w, rows)

@@ -396,6 +396,8 @@ func TestE2EBenchOracle(t *testing.T) {
 				Runs    int       `json:"runs"`
 				Accept  float64   `json:"mean_acceptance_length"`
 				ByPos   []float64 `json:"acceptance_by_position"`
+				Rounds  int       `json:"draft_rounds"`
+				Whole   *float64  `json:"whole_round_share"`
 				Matches struct {
 					Runs, Differing int
 				} `json:"matches_plain"`
@@ -410,14 +412,20 @@ func TestE2EBenchOracle(t *testing.T) {
 		for i, d := range []int{1, 3} {
 			o := out.Oracle[i]
 			// Eight tokens after the prefill's first: every run drafts at
-			// each of the d positions, and every draft passes.
+			// each of the d positions, and every draft passes, so every
+			// drafting round passes whole.
 			ok := o.Depth == d && o.Mode == fmt.Sprintf("oracle depth %d", d) && o.Runs == out.Prompts && len(o.ByPos) == d &&
-				o.Accept > 1 && o.Matches.Runs == out.Prompts && o.Matches.Differing == 0
+				o.Accept > 1 && o.Matches.Runs == out.Prompts && o.Matches.Differing == 0 &&
+				o.Rounds > 0 && o.Whole != nil && *o.Whole == 1
 			for _, p := range o.ByPos {
 				ok = ok && p == 1
 			}
 			if !ok {
-				t.Errorf("%v: oracle row %d: %+v", extra, i, o)
+				whole := "none"
+				if o.Whole != nil {
+					whole = fmt.Sprint(*o.Whole)
+				}
+				t.Errorf("%v: oracle row %d: %+v, whole-round share %s", extra, i, o, whole)
 			}
 		}
 	}
