@@ -80,9 +80,15 @@ type Decoder struct {
 	// early is the next round's proposal, made at the end of a drafting
 	// round before its tokens go back to Run (pinned; nil if none), and
 	// earlyFor the remaining budget it was made for: the device drafts
-	// while the host emits, sweeps and starts the next round.
-	early    *Candidates
-	earlyFor int
+	// while the host emits, sweeps and starts the next round. earlyAnchor
+	// is the current token's array the proposal was made after (pinned
+	// with it): the verification takes the same array, because making an
+	// array of host data waits on MLX's CUDA backend for the device's
+	// queued work — here, the draft's — which would stall the host's
+	// building of the verification behind the draft.
+	early       *Candidates
+	earlyAnchor *mlx.Array
+	earlyFor    int
 
 	// ahead is the next round's verification, chained (built and
 	// submitted) before this round's verdict was read, on the guess that
@@ -126,9 +132,13 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 	s.beginRound()
 	v := d.takeAhead(remaining)
 	if v == nil {
-		cand := d.takeEarly(remaining)
+		cand, anchor := d.takeEarly(remaining)
+		if cand == nil {
+			// Made before the draft is submitted: see Decoder.earlyAnchor.
+			anchor = mlx.FromInt32s([]int32{d.current}, 1)
+		}
 		if cand == nil && s.limit > 0 && remaining > 1 && s.draft != nil {
-			cand = s.draft.Propose(mlx.FromInt32s([]int32{d.current}, 1), min(s.limit, remaining-1))
+			cand = s.draft.Propose(anchor, min(s.limit, remaining-1))
 			if cand != nil {
 				// Let the draft run while the host builds the verification.
 				_ = mlx.AsyncEval(cand.Arrays()...)
@@ -158,7 +168,7 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 			return nil, err
 		}
 		s.phases.lap(&s.phases.sums.ProposeMS)
-		v = s.verify(d.position, mlx.FromInt32s([]int32{d.current}, 1), cand, d.position+1)
+		v = s.verify(d.position, anchor, cand, d.position+1)
 	}
 	out, err := d.settle(v, remaining)
 	if err != nil {
@@ -301,31 +311,40 @@ func (d *Decoder) proposeEarly(left int) {
 	if s.core.cfg.NoPipeline || s.limit <= 0 || left <= 1 || s.draft == nil || s.core.IsEOS(d.current) {
 		return
 	}
-	cand := s.draft.Propose(mlx.FromInt32s([]int32{d.current}, 1), min(s.limit, left-1))
+	anchor := mlx.FromInt32s([]int32{d.current}, 1)
+	cand := s.draft.Propose(anchor, min(s.limit, left-1))
 	if cand == nil {
 		return
 	}
+	mlx.Pin(anchor)
 	mlx.Pin(cand.Arrays()...)
 	_ = mlx.AsyncEval(cand.Arrays()...)
-	d.early, d.earlyFor = cand, left
+	d.early, d.earlyAnchor, d.earlyFor = cand, anchor, left
 	s.phases.lap(&s.phases.sums.ProposeMS)
 }
 
 // takeEarly returns the early proposal if it was made for this call's
-// budget (it always is when Run drives the decoder), releasing its pins.
-func (d *Decoder) takeEarly(remaining int) *Candidates {
-	cand := d.early
+// budget (it always is when Run drives the decoder), and the current
+// token's array it was made after, releasing their pins.
+func (d *Decoder) takeEarly(remaining int) (*Candidates, *mlx.Array) {
+	cand, anchor := d.early, d.earlyAnchor
 	if cand == nil {
-		return nil
+		return nil, nil
 	}
-	d.early = nil
-	mlx.Unpin(cand.Arrays()...)
+	d.releaseEarly()
 	if d.earlyFor != remaining {
 		// Drafted for another budget: drop it; the next Propose rewinds
 		// its block first.
-		return nil
+		return nil, nil
 	}
-	return cand
+	return cand, anchor
+}
+
+// releaseEarly unpins and forgets the early proposal.
+func (d *Decoder) releaseEarly() {
+	mlx.Unpin(d.earlyAnchor)
+	mlx.Unpin(d.early.Arrays()...)
+	d.early, d.earlyAnchor = nil, nil
 }
 
 // Close ends decoding; a parked decoder drops its in-flight sample, and an
@@ -333,8 +352,7 @@ func (d *Decoder) takeEarly(remaining int) *Candidates {
 func (d *Decoder) Close() {
 	d.dropAhead()
 	if d.early != nil {
-		mlx.Unpin(d.early.Arrays()...)
-		d.early = nil
+		d.releaseEarly()
 	}
 	if d.inner != nil {
 		d.inner.close()

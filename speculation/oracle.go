@@ -18,8 +18,15 @@ type Oracle struct {
 // continuation) drafting at most limit tokens per round.
 func NewOracle(seq []int32, limit int) *Oracle { return &Oracle{seq: seq, limit: limit} }
 
-// Open starts a session.
-func (o *Oracle) Open(*sample.Sampler) DraftSession { return &oracleSession{o: o} }
+// Open starts a session. The continuation goes to the device once, here:
+// making an array of host data waits on MLX's CUDA backend for the queued
+// work, so a proposal made of host data while a verification runs (a
+// chained round's) would stall the host until the device is idle.
+func (o *Oracle) Open(*sample.Sampler) DraftSession {
+	seq := mlx.FromInt32s(o.seq, len(o.seq))
+	mlx.Pin(seq)
+	return &oracleSession{o: o, seq: seq}
+}
 
 // Limit is the deepest proposal.
 func (o *Oracle) Limit() int { return o.limit }
@@ -29,7 +36,8 @@ func (o *Oracle) Selector() bool { return false }
 
 type oracleSession struct {
 	o        *Oracle
-	frontier int // slot after the last reported token
+	seq      *mlx.Array // o.seq on the device (pinned until Close)
+	frontier int        // slot after the last reported token
 }
 
 func (s *oracleSession) Committed(tokens, _ *mlx.Array, position int) {
@@ -41,23 +49,26 @@ func (s *oracleSession) Committed(tokens, _ *mlx.Array, position int) {
 func (s *oracleSession) Retract(position int) { s.frontier = min(s.frontier, position) }
 
 func (s *oracleSession) Settle() {}
-func (s *oracleSession) Close()  {}
+
+// Close releases the continuation's array.
+func (s *oracleSession) Close() {
+	if s.seq != nil {
+		mlx.Unpin(s.seq)
+		s.seq = nil
+	}
+}
 
 // Propose returns the continuation after current, which sits at the
 // frontier.
 func (s *oracleSession) Propose(_ *mlx.Array, max int) *Candidates {
 	start := s.frontier + 1
 	n := min(max, s.o.limit, len(s.o.seq)-start)
-	if n <= 0 || s.frontier == 0 {
+	if n <= 0 || s.frontier == 0 || s.seq == nil {
 		return nil
 	}
-	ones := make([]float32, n)
-	for i := range ones {
-		ones[i] = 1
-	}
-	next := s.o.seq[start : start+n]
+	next := mlx.SliceAxis(s.seq, 0, start, start+n)
 	return &Candidates{
-		Tokens: mlx.FromInt32s(next, 1, n),
-		Dist:   sample.Distribution{IDs: mlx.FromInt32s(next, n, 1), Probs: mlx.FromFloat32s(ones, n, 1)},
+		Tokens: mlx.Reshape(next, 1, n),
+		Dist:   sample.Distribution{IDs: mlx.Reshape(next, n, 1), Probs: mlx.Full(1, mlx.Float32, n, 1)},
 	}
 }
