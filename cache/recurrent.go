@@ -118,45 +118,80 @@ func (c *Recurrent) SnapshotSplits(L int) []int {
 	return splits
 }
 
-// Put ends the write begun by SnapshotSplits. conv is the convolution tail
-// at the end of the write and delta the delta state at each boundary: the
-// interior splits in order, then the end. window, which a write with
-// interior splits must pass (nil otherwise), holds the write's
-// pre-convolution rows [1, ConvRows+L, ConvDim]: the tail before the write,
-// then the L new rows, so that the tail at interior boundary b is its rows
-// b … b+ConvRows−1. Interior states become the snapshots at their offsets,
-// their tails sliced from window only if one is restored (a verification
-// restores at most one, and each slice would be a graph node); conv and the
-// last delta become the live state; the offset advances by L and the new
-// offset is captured if scheduled. Put panics unless delta has
-// len(splits)+1 entries and the live state and window have this cache's
-// shapes (an interior delta state is checked when it is restored). The cache
-// pins the arrays it keeps: the caller may sweep but must not Free them.
-func (c *Recurrent) Put(conv, window *mlx.Array, delta []*mlx.Array) {
+// RecurrentWrite is a layer's state through an L-row write begun by
+// SnapshotSplits, what Put takes.
+type RecurrentWrite struct {
+	// Conv and Delta are the state after the write's last row.
+	Conv, Delta *mlx.Array
+	// ConvWindow, which a write with interior splits must give, holds the
+	// write's pre-convolution rows [1, ConvRows+L, ConvDim] (the tail
+	// before the write, then the L new rows): the tail at interior
+	// boundary b is its rows b … b+ConvRows−1.
+	ConvWindow *mlx.Array
+	// The delta states at the interior splits: Deltas, one per split in
+	// order, or DeltaRows [L, Heads, ValueDim, KeyDim], the state after
+	// every row (at boundary b, row b−1), as a scan that emits them all
+	// gives them.
+	Deltas    []*mlx.Array
+	DeltaRows *mlx.Array
+}
+
+// Put ends the write begun by SnapshotSplits with the layer's states w.
+// Interior states become the snapshots at their offsets — as references
+// into w's window and rows, each sliced only if that snapshot is restored
+// (a verification restores at most one, and every slice made in the forward
+// would be a graph node built and submitted for nothing); the end state
+// becomes the live state; the offset advances by L and the new offset is
+// captured if scheduled. Put panics unless w has what the splits need in
+// this cache's shapes (an interior delta state is checked when restored).
+// The cache pins the arrays it keeps: the caller may sweep but must not
+// Free them.
+func (c *Recurrent) Put(w RecurrentWrite) {
 	if c.pending < 0 {
 		panic("cache: Recurrent.Put without SnapshotSplits: call SnapshotSplits(L) first in the same forward")
 	}
-	if len(delta) != len(c.splits)+1 {
-		panic(fmt.Sprintf("cache: Recurrent.Put got %d delta states for splits %v: want %d (one per split, then the end state)",
-			len(delta), c.splits, len(c.splits)+1))
-	}
-	last := len(c.splits)
-	c.checkShapes("Put", conv, delta[last])
-	if last > 0 {
-		c.checkWindow(window, c.pending)
+	c.checkShapes("Put", w.Conv, w.Delta)
+	if len(c.splits) > 0 {
+		c.checkWindow(w.ConvWindow, c.pending)
+		c.checkInterior(w)
 	}
 	start := c.offset
 	for j, split := range c.splits {
 		for _, i := range c.sched.due(start+split, start+split) {
-			c.sched.snaps[i] = c.windowSnapshot(start+split, window, split, delta[j])
+			s := &recSnapshot{cache: c, offset: start + split, window: w.ConvWindow, row: split}
+			if w.DeltaRows != nil {
+				s.deltaRows, s.deltaRow = w.DeltaRows, split-1
+			} else {
+				s.delta = w.Deltas[j]
+			}
+			mlx.Pin(s.window, s.delta, s.deltaRows)
+			c.sched.snaps[i] = s
 		}
 	}
 	c.ensure()
-	c.conv = replace(c.conv, conv)
-	c.delta = replace(c.delta, delta[last])
+	c.conv = replace(c.conv, w.Conv)
+	c.delta = replace(c.delta, w.Delta)
 	c.offset = start + c.pending
 	c.pending, c.splits = -1, nil
 	c.captureDue(c.offset)
+}
+
+// checkInterior panics unless w gives a delta state for each interior split:
+// one array per split, or rows [L, Heads, ValueDim, KeyDim] float32.
+func (c *Recurrent) checkInterior(w RecurrentWrite) {
+	s, L := c.shape, c.pending
+	if w.DeltaRows == nil {
+		if len(w.Deltas) != len(c.splits) {
+			panic(fmt.Sprintf("cache: Recurrent.Put got %d interior delta states for splits %v: want %d (one per split) or the rows of every state",
+				len(w.Deltas), c.splits, len(c.splits)))
+		}
+		return
+	}
+	rs := w.DeltaRows.Shape()
+	if len(rs) != 4 || rs[0] != L || rs[1] != s.Heads || rs[2] != s.ValueDim || rs[3] != s.KeyDim || w.DeltaRows.DType() != mlx.Float32 {
+		panic(fmt.Sprintf("cache: Recurrent.Put: got delta rows %v %s, want [%d %d %d %d] float32 (the state after each of the %d rows)",
+			rs, w.DeltaRows.DType(), L, s.Heads, s.ValueDim, s.KeyDim, L))
+	}
 }
 
 // TakeSnapshots returns one snapshot per scheduled offset (nil where the
@@ -175,14 +210,19 @@ func (c *Recurrent) Restore(s Snapshot, target int) bool {
 	if !ok || rs.cache != c || rs.closed || target != rs.offset {
 		return false
 	}
-	conv := rs.conv
-	if conv == nil {
-		conv = mlx.SliceAxis(rs.window, 1, rs.row, rs.row+c.shape.ConvRows)
-		c.checkShapes("Restore", conv, rs.delta)
+	conv, delta := rs.conv, rs.delta
+	if conv == nil || delta == nil {
+		if conv == nil {
+			conv = mlx.SliceAxis(rs.window, 1, rs.row, rs.row+c.shape.ConvRows)
+		}
+		if delta == nil {
+			delta = mlx.SliceAxis(rs.deltaRows, 0, rs.deltaRow, rs.deltaRow+1)
+		}
+		c.checkShapes("Restore", conv, delta)
 	}
 	c.ensure()
 	c.conv = replace(c.conv, conv)
-	c.delta = replace(c.delta, rs.delta)
+	c.delta = replace(c.delta, delta)
 	c.offset = target
 	c.pending, c.splits = -1, nil
 	return true
@@ -224,14 +264,18 @@ func (c *Recurrent) Free() {
 }
 
 // recSnapshot holds a pin on the arrays of one state of cache: its tail
-// conv, or, for a state inside a write, that write's window with the tail at
-// rows row … row+ConvRows−1 (sliced when restored).
+// conv and delta state, or, for a state inside a write, references into that
+// write's arrays — the tail at rows row … row+ConvRows−1 of window, the
+// delta state delta itself or row deltaRow of deltaRows — sliced when
+// restored.
 type recSnapshot struct {
 	cache       *Recurrent
 	offset      int
 	conv, delta *mlx.Array
 	window      *mlx.Array
 	row         int
+	deltaRows   *mlx.Array
+	deltaRow    int
 	closed      bool
 }
 
@@ -241,12 +285,6 @@ func (c *Recurrent) snapshot(offset int, conv, delta *mlx.Array) *recSnapshot {
 	return &recSnapshot{cache: c, offset: offset, conv: conv, delta: delta}
 }
 
-// windowSnapshot captures the state at row of a write's window.
-func (c *Recurrent) windowSnapshot(offset int, window *mlx.Array, row int, delta *mlx.Array) *recSnapshot {
-	mlx.Pin(window, delta)
-	return &recSnapshot{cache: c, offset: offset, delta: delta, window: window, row: row}
-}
-
 func (s *recSnapshot) Offset() int { return s.offset }
 
 // Size is the bytes of the captured state.
@@ -254,11 +292,11 @@ func (s *recSnapshot) Size() int64 {
 	if s.window == nil {
 		return nbytes(s.conv, s.delta)
 	}
-	// The tail it restores: the window is its write's, shared by every
-	// state taken inside that write (and a tail sliced from it shares its
-	// storage all the same).
+	// The state it restores: window and rows are its write's, shared by
+	// every state taken inside that write (and a slice of them shares
+	// their storage all the same).
 	sh := s.cache.shape
-	return int64(sh.ConvRows*sh.ConvDim*sh.ConvDType.Size()) + nbytes(s.delta)
+	return int64(sh.ConvRows*sh.ConvDim*sh.ConvDType.Size() + sh.Heads*sh.ValueDim*sh.KeyDim*mlx.Float32.Size())
 }
 
 func (s *recSnapshot) Close() {
@@ -266,6 +304,6 @@ func (s *recSnapshot) Close() {
 		return
 	}
 	s.closed = true
-	mlx.Unpin(s.conv, s.window, s.delta) // one of conv and window is nil
-	s.conv, s.delta, s.window = nil, nil, nil
+	mlx.Unpin(s.conv, s.window, s.delta, s.deltaRows) // nil ones are skipped
+	s.conv, s.delta, s.window, s.deltaRows = nil, nil, nil, nil
 }

@@ -26,27 +26,40 @@ func input(from, n int) *mlx.Array {
 // fakeLayer plays a gated delta-net layer over c: the tail is the last
 // ConvRows input rows and the delta state follows S ← S/2 + x_t (x_t's
 // channel sum broadcast over the state). It honours SnapshotSplits, handing
-// interior tails over as the window of rows they are taken from.
-func fakeLayer(c *cache.Recurrent, x *mlx.Array) {
+// interior tails over as the window of rows they are taken from and the
+// interior delta states one by one.
+func fakeLayer(c *cache.Recurrent, x *mlx.Array) { fakeWrite(c, x, false) }
+
+// fakeLayerRows is fakeLayer handing the delta states over as the rows of
+// every state, as a scan that emits them all does.
+func fakeLayerRows(c *cache.Recurrent, x *mlx.Array) { fakeWrite(c, x, true) }
+
+func fakeWrite(c *cache.Recurrent, x *mlx.Array, rows bool) {
 	n := x.Dim(1)
 	splits := c.SnapshotSplits(n)
-	rows := mlx.Concatenate(1, c.ConvState(), x)
+	window := mlx.Concatenate(1, c.ConvState(), x)
 	state := c.DeltaState()
-	var deltas []*mlx.Array
+	var interior, all []*mlx.Array
 	next := 0
 	for t := 1; t <= n; t++ {
 		xt := mlx.Sum(mlx.SliceAxis(x, 1, t-1, t), false)
 		state = mlx.Add(mlx.MultiplyScalar(state, 0.5), xt)
-		if t == n || (next < len(splits) && splits[next] == t) {
-			deltas = append(deltas, state)
+		all = append(all, state)
+		if next < len(splits) && splits[next] == t {
+			interior = append(interior, state)
 			next++
 		}
 	}
-	var window *mlx.Array
+	w := cache.RecurrentWrite{Conv: mlx.SliceAxis(window, 1, n, n+testShape.ConvRows), Delta: state}
 	if len(splits) > 0 {
-		window = rows
+		w.ConvWindow = window
+		if rows {
+			w.DeltaRows = mlx.Concatenate(0, all...)
+		} else {
+			w.Deltas = interior
+		}
 	}
-	c.Put(mlx.SliceAxis(rows, 1, n, n+testShape.ConvRows), window, deltas)
+	c.Put(w)
 }
 
 // equalState fails unless a and b hold the same offset and values.
@@ -87,10 +100,12 @@ func TestRecurrentSplitsAndPut(t *testing.T) {
 		if got := c.SnapshotSplits(4); !eqInts(got, []int{1, 3}) {
 			t.Fatalf("splits of a 4-row write at 2 for %v: %v, want [1 3] (strictly inside)", []int{2, 3, 5, 6, 9}, got)
 		}
-		mustPanic(t, "want 3 (one per split", func() { c.Put(c.ConvState(), input(0, 6), []*mlx.Array{c.DeltaState()}) })
-		three := []*mlx.Array{c.DeltaState(), c.DeltaState(), c.DeltaState()}
-		mustPanic(t, "needs its window", func() { c.Put(c.ConvState(), nil, three) })
-		mustPanic(t, "want [1 6 3] float32", func() { c.Put(c.ConvState(), input(0, 5), three) })
+		live := cache.RecurrentWrite{Conv: c.ConvState(), Delta: c.DeltaState(), ConvWindow: input(0, 6)}
+		one, two := []*mlx.Array{c.DeltaState()}, []*mlx.Array{c.DeltaState(), c.DeltaState()}
+		mustPanic(t, "want 2 (one per split)", func() { w := live; w.Deltas = one; c.Put(w) })
+		mustPanic(t, "needs its window", func() { w := live; w.ConvWindow, w.Deltas = nil, two; c.Put(w) })
+		mustPanic(t, "want [1 6 3] float32", func() { w := live; w.ConvWindow, w.Deltas = input(0, 5), two; c.Put(w) })
+		mustPanic(t, "want [4 2 2 3] float32", func() { w := live; w.DeltaRows = mlx.Concatenate(0, two...); c.Put(w) })
 		fakeLayer(c, input(2, 4))
 		snaps := c.TakeSnapshots()
 		// Each holds a 2×3 float32 tail and a 2×2×3 float32 state: 72 bytes,
@@ -119,43 +134,46 @@ func TestRecurrentSplitsAndPut(t *testing.T) {
 		if c.Restore(snaps[2], 5) {
 			t.Fatal("a closed snapshot was restored")
 		}
-		mustPanic(t, "without SnapshotSplits", func() { c.Put(nil, nil, nil) })
+		mustPanic(t, "without SnapshotSplits", func() { c.Put(cache.RecurrentWrite{}) })
 	})
 }
 
 // TestRecurrentRollbackProperty: a k-row write with per-token snapshots then
 // a restore to j (through Schedule/Commit) equals writing j rows directly,
 // for every j < k, with and without a prefix, for a batched write and for
-// single-row writes.
+// single-row writes, with the interior delta states handed over one by one
+// and as rows.
 func TestRecurrentRollbackProperty(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		for _, prefix := range []int{0, 1, 5} {
 			for _, k := range []int{1, 2, 5, 8} {
 				for j := range k {
 					for _, step := range []int{1, k} {
-						name := fmt.Sprintf("prefix %d, %d rows in steps of %d, keep %d", prefix, k, step, j)
-						c := cache.NewRecurrent(testShape)
-						if prefix > 0 {
-							fakeLayer(c, input(0, prefix))
+						for form, write := range []func(*cache.Recurrent, *mlx.Array){fakeLayer, fakeLayerRows} {
+							name := fmt.Sprintf("prefix %d, %d rows in steps of %d, keep %d, interior states as %s", prefix, k, step, j, []string{"arrays", "rows"}[form])
+							c := cache.NewRecurrent(testShape)
+							if prefix > 0 {
+								fakeLayer(c, input(0, prefix))
+							}
+							cache.Schedule([]cache.Cache{c}, prefix, k)
+							x := mlx.Concatenate(1, input(prefix, j), input(prefix+j+junk, k-j))
+							for i := 0; i < k; i += step {
+								write(c, mlx.SliceAxis(x, 1, i, min(i+step, k)))
+							}
+							cache.Commit([]cache.Cache{c}, j, k, prefix)
+							direct := cache.NewRecurrent(testShape)
+							if prefix+j > 0 {
+								fakeLayer(direct, input(0, prefix+j))
+							}
+							equalState(t, name, c, direct)
+							// And the next write continues identically.
+							fakeLayer(c, input(prefix+j, 2))
+							fakeLayer(direct, input(prefix+j, 2))
+							equalState(t, name+", then 2 rows", c, direct)
+							c.Free()
+							direct.Free()
+							mlx.Sweep()
 						}
-						cache.Schedule([]cache.Cache{c}, prefix, k)
-						x := mlx.Concatenate(1, input(prefix, j), input(prefix+j+junk, k-j))
-						for i := 0; i < k; i += step {
-							fakeLayer(c, mlx.SliceAxis(x, 1, i, min(i+step, k)))
-						}
-						cache.Commit([]cache.Cache{c}, j, k, prefix)
-						direct := cache.NewRecurrent(testShape)
-						if prefix+j > 0 {
-							fakeLayer(direct, input(0, prefix+j))
-						}
-						equalState(t, name, c, direct)
-						// And the next write continues identically.
-						fakeLayer(c, input(prefix+j, 2))
-						fakeLayer(direct, input(prefix+j, 2))
-						equalState(t, name+", then 2 rows", c, direct)
-						c.Free()
-						direct.Free()
-						mlx.Sweep()
 					}
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/specula-dev/specula/arch/nn"
+	"github.com/specula-dev/specula/cache"
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -16,15 +17,17 @@ const l2Eps = 1e-6
 // [1, L, H], as a pure function of the layer's state so that it can run
 // inside a compiled segment (segments.go): from the convolution tail conv
 // [1, Kc−1, convDim] and the delta state [1, Hv, Dv, Dk] it returns the
-// mixer's output and what cache.Recurrent.Put takes: the tail after the L
-// rows; when splits (interior token counts, ascending, from
-// cache.Recurrent.SnapshotSplits) is not empty, the window the interior
-// tails are rows of ([tail; the L new rows], nil otherwise); and the state
-// at each boundary in splits and then at L.
-func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, splits []int) (out, tailEnd, window *mlx.Array, deltas []*mlx.Array) {
+// mixer's output and what cache.Recurrent.Put takes for splits (interior
+// token counts, ascending, from cache.Recurrent.SnapshotSplits). An
+// interior state is a reference into arrays the forward makes anyway — the
+// tail at boundary b is rows b … b+Kc−2 of the window [tail; the L new
+// rows], and with rows the delta state is row b−1 of the scan's states
+// after every row (what the scan kernel emits), else an array of its own —
+// so a verification adds no graph node per rollback point.
+func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, splits []int, rows bool) (*mlx.Array, cache.RecurrentWrite) {
 	cfg := m.local
 	L := x.Dim(1)
-	hk, hv, dk := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim
+	dk := cfg.LinearKeyDim
 	tail := cfg.ConvKernel - 1
 
 	// One product for the four input projections: [1, L, convDim + valueDim
@@ -34,28 +37,56 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 	proj := g.in.Forward(x)
 	q, k, v, alpha, beta, padded := deltaPrep(cfg, g, proj, convState)
 
-	bounds := append(slices.Clone(splits), L)
-	switch {
-	case useScanKernel(dk):
-		out, deltas = gatedDeltaScanKernel(q, k, v, alpha, beta, deltaState, bounds)
-	case useCPUScan(q, k, v, alpha, beta, deltaState):
-		out, deltas = mlx.GatedDeltaScan(q, k, v, alpha, beta, deltaState, bounds)
+	interior := len(splits) > 0
+	w := cache.RecurrentWrite{Conv: mlx.SliceAxis(padded, 1, L, L+tail)}
+	if interior {
+		w.ConvWindow = padded
 	}
-	if out == nil {
-		// Value head h reads key head h div (Hv/Hk).
-		out, deltas = gatedDeltaScan(repeatHeads(q, hv/hk), repeatHeads(k, hv/hk), v, alpha, beta, deltaState, bounds)
-	}
-	// The tail at boundary b is the Kc−1 pre-convolution rows ending at b,
-	// padded's rows b … b+Kc−2. Only the last is sliced here: the cache
-	// slices an interior one if it restores it.
-	tailEnd = mlx.SliceAxis(padded, 1, L, L+tail)
-	if len(splits) > 0 {
-		window = padded
+	var out *mlx.Array
+	var states []*mlx.Array
+	if rows && interior {
+		// The rows of every state: the kernel's, else the other scans'
+		// states at every row, stacked (the kernel failed while a segment
+		// that expects rows was traced).
+		if useScanKernel(dk) {
+			out, w.Delta, w.DeltaRows = gatedDeltaScanRows(q, k, v, alpha, beta, deltaState, true)
+		}
+		if out == nil {
+			every := make([]int, L)
+			for i := range every {
+				every[i] = i + 1
+			}
+			out, states = scanWithoutKernel(q, k, v, alpha, beta, deltaState, every)
+			w.Delta, w.DeltaRows = states[L-1], mlx.Concatenate(0, states...)
+		}
+	} else {
+		bounds := append(slices.Clone(splits), L)
+		if useScanKernel(dk) {
+			out, states = gatedDeltaScanKernel(q, k, v, alpha, beta, deltaState, bounds)
+		}
+		if out == nil {
+			out, states = scanWithoutKernel(q, k, v, alpha, beta, deltaState, bounds)
+		}
+		last := len(states) - 1
+		w.Delta, w.Deltas = states[last], states[:last]
 	}
 
 	// The gate z is the projection's columns conv … conv+valueDim.
 	o := nn.GatedRMSNormFrom(out, proj, conv, g.norm, cfg.RMSNormEps, m.dtype)
-	return g.out.Forward(mlx.Reshape(o, 1, L, value)), tailEnd, window, deltas
+	return g.out.Forward(mlx.Reshape(o, 1, L, value)), w
+}
+
+// scanWithoutKernel runs the delta rule where the CUDA kernel does not: the
+// CPU's one-node scan when it can, else the graph scan (value head h reads
+// key head h div Hv/Hk). It returns the outputs and the states at bounds.
+func scanWithoutKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) (*mlx.Array, []*mlx.Array) {
+	if useCPUScan(q, k, v, alpha, beta, state) {
+		if out, states := mlx.GatedDeltaScan(q, k, v, alpha, beta, state, bounds); out != nil {
+			return out, states
+		}
+	}
+	r := v.Dim(2) / q.Dim(2)
+	return gatedDeltaScan(repeatHeads(q, r), repeatHeads(k, r), v, alpha, beta, state, bounds)
 }
 
 // deltaPrep returns what the delta rule and the cache need from the stacked

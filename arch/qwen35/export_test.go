@@ -32,3 +32,12 @@ func SetEarlySubmit(on bool) (restore func()) {
 
 // EarlySubmits is how many segments forwards have handed over early.
 func EarlySubmits() int { return earlySubmits }
+
+// SetForceDeltaRows makes the delta-net layers hand their interior states
+// over as rows (the scan kernel's form) on any device, and returns a
+// function that restores the setting.
+func SetForceDeltaRows(on bool) (restore func()) {
+	was := forceDeltaRows
+	forceDeltaRows = on
+	return func() { forceDeltaRows = was }
+}

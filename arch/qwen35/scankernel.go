@@ -105,12 +105,32 @@ var scanSwitch = nn.NewKernelSwitch("SPECULA_GDN_KERNEL", "qwen35: the gated-del
 // [1, L, Hv, Dv] and the states at bounds, or nil outputs when the launch
 // failed (the caller then runs the graph scan).
 func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) (*mlx.Array, []*mlx.Array) {
-	L, hk, dk := q.Dim(1), q.Dim(2), q.Dim(3)
-	hv, dv := v.Dim(2), v.Dim(3)
+	L := q.Dim(1)
 	emit := len(bounds) > 1 || bounds[0] != L
 	if emit && L > maxEmitRows {
 		return gatedDeltaScanKernelSpans(q, k, v, alpha, beta, state, bounds)
 	}
+	out, end, rows := gatedDeltaScanRows(q, k, v, alpha, beta, state, emit)
+	if out == nil {
+		return nil, nil
+	}
+	if !emit {
+		return out, []*mlx.Array{end}
+	}
+	states := make([]*mlx.Array, len(bounds))
+	for i, b := range bounds {
+		states[i] = mlx.SliceAxis(rows, 0, b-1, b)
+	}
+	return out, states
+}
+
+// gatedDeltaScanRows is the launch behind gatedDeltaScanKernel, over the
+// same inputs. It returns the outputs [1, L, Hv, Dv], the state after the
+// last row and, when emit, the state after every row [L, Hv, Dv, Dk] (which
+// the end state is a row of), or nil outputs when the launch failed.
+func gatedDeltaScanRows(q, k, v, alpha, beta, state *mlx.Array, emit bool) (out, end, rows *mlx.Array) {
+	L, hk, dk := q.Dim(1), q.Dim(2), q.Dim(3)
+	hv, dv := v.Dim(2), v.Dim(3)
 	stRows := 1
 	if emit {
 		stRows = L
@@ -130,16 +150,12 @@ func gatedDeltaScanKernel(q, k, v, alpha, beta, state *mlx.Array, bounds []int) 
 	})
 	if err != nil {
 		scanSwitch.Fail(err)
-		return nil, nil
+		return nil, nil, nil
 	}
 	if !emit {
-		return outs[0], []*mlx.Array{outs[1]}
+		return outs[0], outs[1], nil
 	}
-	states := make([]*mlx.Array, len(bounds))
-	for i, b := range bounds {
-		states[i] = mlx.SliceAxis(outs[1], 0, b-1, b)
-	}
-	return outs[0], states
+	return outs[0], mlx.SliceAxis(outs[1], 0, L-1, L), outs[1]
 }
 
 // maxEmitRows bounds the rows whose states one launch writes out. Each is

@@ -37,6 +37,15 @@ func TestGatedDeltaKernelMatchesScan(t *testing.T) {
 					assertClose(t, fmt.Sprintf("L=%d: state after %d tokens", L, bounds[i]), t.Float32s(gotStates[i]), t.Float32s(wantStates[i]), 1e-5)
 				}
 			}
+			if L <= maxEmitRows {
+				// The rows a verification's snapshots refer to.
+				_, wantStates := gatedDeltaScan(repeatHeads(q, hv/hk), repeatHeads(k, hv/hk), v, alpha, beta, state, every)
+				_, end, rows := gatedDeltaScanRows(q, k, v, alpha, beta, state, true)
+				assertClose(t, "end state", t.Float32s(end), t.Float32s(wantStates[L-1]), 1e-5)
+				for i := range L {
+					assertClose(t, fmt.Sprintf("row %d of the states", i), t.Float32s(mlx.SliceAxis(rows, 0, i, i+1)), t.Float32s(wantStates[i]), 1e-5)
+				}
+			}
 			mlx.Sweep()
 		}
 	})

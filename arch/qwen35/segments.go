@@ -170,6 +170,7 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 	// A sharded model's forward holds collectives: every rank must submit
 	// them alike, so it keeps one evaluation.
 	early := submitsEarly(L) && m.shard == nil
+	rows := m.deltaRows(L)
 	var o, gate *mlx.Array // the attention output the next segment finishes
 	// A block the GPU's attention composes of nodes (a verification, a
 	// draft's block) shares one causal mask among the attention layers
@@ -190,7 +191,7 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 			splits[j] = rc.SnapshotSplits(L)
 			in = append(in, rc.ConvState(), rc.DeltaState())
 		}
-		out := m.callSegment(s, splits, in)
+		out := m.callSegment(s, splits, rows, in)
 		if early && s < len(m.segs.plan)-1 {
 			// An error surfaces at the caller's evaluation.
 			_ = mlx.AsyncEval(out...)
@@ -205,13 +206,17 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 		}
 		taps, out = append(taps, out[:seg.taps]...), out[seg.taps:]
 		for j, i := range seg.whole {
-			conv, window := out[0], (*mlx.Array)(nil)
-			if out = out[1:]; len(splits[j]) > 0 {
-				window, out = out[0], out[1:]
+			w := cache.RecurrentWrite{Conv: out[0], Delta: out[1]}
+			out = out[2:]
+			if n := len(splits[j]); n > 0 {
+				w.ConvWindow, out = out[0], out[1:]
+				if rows {
+					w.DeltaRows, out = out[0], out[1:]
+				} else {
+					w.Deltas, out = out[:n], out[n:]
+				}
 			}
-			n := len(splits[j]) + 1
-			caches[i].(*cache.Recurrent).Put(conv, window, out[:n])
-			out = out[n:]
+			caches[i].(*cache.Recurrent).Put(w)
 		}
 		if seg.next >= 0 {
 			o = m.attentionCore(q, k, v, offset, caches[seg.next].(*cache.KV), causal)
@@ -230,16 +235,28 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 	return hidden, mlx.Concatenate(-1, taps...)
 }
 
+// deltaRows reports whether the delta-net layers of an L-row forward hand
+// their interior states over as the rows of every state
+// (cache.RecurrentWrite.DeltaRows): where the scan kernel runs, which emits
+// them so, and for writes short enough that it does (maxEmitRows).
+func (m *Model) deltaRows(L int) bool {
+	return L <= maxEmitRows && (useScanKernel(m.local.LinearKeyDim) || forceDeltaRows)
+}
+
+// forceDeltaRows makes deltaRows true on any device (the tests' way to run
+// that form on the CPU).
+var forceDeltaRows bool
+
 // callSegment runs segment s on in (see runSegment), compiled when it can
 // be.
-func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array {
+func (m *Model) callSegment(s int, splits [][]int, rows bool, in []*mlx.Array) []*mlx.Array {
 	seg := m.segs.plan[s]
 	if segmentsOff || m.shard != nil || in[0].Dim(1) > maxCompiledRows {
 		// A sharded model's segments hold collectives, which stay outside
 		// compiled functions.
-		return m.runSegment(seg, splits, in)
+		return m.runSegment(seg, splits, rows, in)
 	}
-	key := m.segmentKey(s, splits)
+	key := m.segmentKey(s, splits, rows)
 	f := m.segs.funcs[key]
 	if f == nil {
 		if len(m.segs.funcs) >= maxSegmentFuncs {
@@ -250,13 +267,18 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 			nout += 3
 		}
 		for _, sp := range splits {
-			nout += len(sp) + 2 // the tail, the states
+			nout += 2 // the end's tail and state
 			if len(sp) > 0 {
 				nout++ // the window
+				if rows {
+					nout++
+				} else {
+					nout += len(sp)
+				}
 			}
 		}
 		f = mlx.Compile(fmt.Sprintf("qwen35 segment %d", s), nout, func(in []*mlx.Array) []*mlx.Array {
-			return m.runSegment(seg, splits, in)
+			return m.runSegment(seg, splits, rows, in)
 		})
 		m.segs.funcs[key] = f
 	}
@@ -271,8 +293,9 @@ func (m *Model) callSegment(s int, splits [][]int, in []*mlx.Array) []*mlx.Array
 // delta-net's output norm (nn.GatedRMSNormFused) and its preparation
 // (deltaPrepSwitch)): together with the input shapes and dtypes they fix
 // the traced graph.
-func (m *Model) segmentKey(s int, splits [][]int) string {
+func (m *Model) segmentKey(s int, splits [][]int, rows bool) string {
 	b := strconv.AppendInt(nil, int64(s), 10)
+	b = strconv.AppendBool(b, rows)
 	b = append(b, mlx.CurrentDevice().String()...)
 	b = strconv.AppendBool(b, useScanKernel(m.local.LinearKeyDim))
 	b = strconv.AppendBool(b, os.Getenv("SPECULA_GDN_KERNEL") == "0")
@@ -294,10 +317,11 @@ func (m *Model) segmentKey(s int, splits [][]int) string {
 // and delta state of each delta-net layer it runs. It returns the residual
 // stream; the next attention layer's q, k, v and gate (or, for the last
 // segment, the final-normed hidden states); the taps recorded; and, per
-// delta-net layer, what cache.Recurrent.Put takes: the tail at the end, the
-// window of pre-convolution rows when the layer has splits, and the states
-// at its splits and end.
-func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.Array {
+// delta-net layer, what cache.Recurrent.Put takes: the tail and the state
+// at the end and, when the layer has splits, the window of pre-convolution
+// rows and the interior states (the rows of every state when rows, else one
+// array per split).
+func (m *Model) runSegment(seg segment, splits [][]int, rows bool, in []*mlx.Array) []*mlx.Array {
 	w := m.mustWeights()
 	h, in := in[0], in[1:]
 	var taps, states []*mlx.Array
@@ -322,15 +346,19 @@ func (m *Model) runSegment(seg segment, splits [][]int, in []*mlx.Array) []*mlx.
 	}
 	for j, i := range seg.whole {
 		ly := w.layers[i]
-		x, conv, window, deltas := m.deltaMix(ly.delta, normed, in[0], in[1], splits[j])
+		x, st := m.deltaMix(ly.delta, normed, in[0], in[1], splits[j], rows)
 		in = in[2:]
 		h, normed = m.addMLP(ly, h, x, w.normAfter(i))
 		record(i)
-		states = append(states, conv)
-		if window != nil {
-			states = append(states, window)
+		states = append(states, st.Conv, st.Delta)
+		if len(splits[j]) > 0 {
+			states = append(states, st.ConvWindow)
+			if rows {
+				states = append(states, st.DeltaRows)
+			} else {
+				states = append(states, st.Deltas...)
+			}
 		}
-		states = append(states, deltas...)
 	}
 	out := []*mlx.Array{h}
 	if seg.next >= 0 {

@@ -137,6 +137,30 @@ func TestEarlySubmitKeepsTheValues(t *testing.T) {
 	})
 }
 
+// A verification whose delta-net layers hand their interior states over as
+// the rows of every state (what the GPU's scan kernel emits, forced here on
+// any device) restores, after a partial commit, what one array per rollback
+// point does, to the bit: the same prefill, verification, commit and steps
+// as above.
+func TestDeltaRowsKeepTheValues(t *testing.T) {
+	f := loadTiny(t)
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		m := tiny(t, f, nil)
+		t.NoErr(m.SetLayerTaps([]int{1, m.NumLayers() - 1}))
+		run := func(rows bool) (logits, aux *mlx.Array, caches []cache.Cache) {
+			defer qwen35.SetForceDeltaRows(rows)()
+			return decodeLikeSpeculation(t, m, f.Ref.PromptIDs)
+		}
+		wantLogits, wantAux, wantCaches := run(false)
+		gotLogits, gotAux, gotCaches := run(true)
+		defer func() {
+			freeCaches(wantCaches)
+			freeCaches(gotCaches)
+		}()
+		sameBits(t, gotLogits, wantLogits, gotAux, wantAux, gotCaches, wantCaches)
+	})
+}
+
 // The compiled segments hold the weights and taps they were traced with, so
 // loading other weights or choosing other taps must retrace them: after a
 // step has compiled them, the same model given scaled weights, then other
