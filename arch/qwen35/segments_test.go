@@ -117,24 +117,31 @@ func sameBits(t *mlxtest.T, gotLogits, wantLogits, gotAux, wantAux *mlx.Array, g
 func TestEarlySubmitKeepsTheValues(t *testing.T) {
 	f := loadTiny(t)
 	mlxtest.Run(t, func(t *mlxtest.T) {
-		m := tiny(t, f, nil)
-		t.NoErr(m.SetLayerTaps([]int{1, m.NumLayers() - 1}))
-		run := func(early bool) (logits, aux *mlx.Array, caches []cache.Cache) {
-			defer qwen35.SetEarlySubmit(early)()
-			return decodeLikeSpeculation(t, m, f.Ref.PromptIDs)
-		}
-		wantLogits, wantAux, wantCaches := run(false)
 		before := qwen35.EarlySubmits()
-		gotLogits, gotAux, gotCaches := run(true)
-		defer func() {
-			freeCaches(wantCaches)
-			freeCaches(gotCaches)
-		}()
+		switchKeepsTheBits(t, tiny(t, f, nil), f.Ref.PromptIDs, qwen35.SetEarlySubmit)
 		if n := qwen35.EarlySubmits() - before; n != 2 {
 			t.Fatalf("%d early submissions, want 2 (the first segment of the prefill and of the verification)", n)
 		}
-		sameBits(t, gotLogits, wantLogits, gotAux, wantAux, gotCaches, wantCaches)
 	})
+}
+
+// switchKeepsTheBits decodes prompt as speculation does (decodeLikeSpeculation,
+// with taps on two layers) with a switch off and then on, and holds the two
+// runs' logits, taps and caches to the same bits. set turns the switch and
+// returns what restores it.
+func switchKeepsTheBits(t *mlxtest.T, m *qwen35.Model, prompt []int32, set func(bool) func()) {
+	t.NoErr(m.SetLayerTaps([]int{1, m.NumLayers() - 1}))
+	run := func(on bool) (logits, aux *mlx.Array, caches []cache.Cache) {
+		defer set(on)()
+		return decodeLikeSpeculation(t, m, prompt)
+	}
+	wantLogits, wantAux, wantCaches := run(false)
+	gotLogits, gotAux, gotCaches := run(true)
+	defer func() {
+		freeCaches(wantCaches)
+		freeCaches(gotCaches)
+	}()
+	sameBits(t, gotLogits, wantLogits, gotAux, wantAux, gotCaches, wantCaches)
 }
 
 // A verification whose delta-net layers hand their interior states over as
@@ -145,19 +152,7 @@ func TestEarlySubmitKeepsTheValues(t *testing.T) {
 func TestDeltaRowsKeepTheValues(t *testing.T) {
 	f := loadTiny(t)
 	mlxtest.Run(t, func(t *mlxtest.T) {
-		m := tiny(t, f, nil)
-		t.NoErr(m.SetLayerTaps([]int{1, m.NumLayers() - 1}))
-		run := func(rows bool) (logits, aux *mlx.Array, caches []cache.Cache) {
-			defer qwen35.SetForceDeltaRows(rows)()
-			return decodeLikeSpeculation(t, m, f.Ref.PromptIDs)
-		}
-		wantLogits, wantAux, wantCaches := run(false)
-		gotLogits, gotAux, gotCaches := run(true)
-		defer func() {
-			freeCaches(wantCaches)
-			freeCaches(gotCaches)
-		}()
-		sameBits(t, gotLogits, wantLogits, gotAux, wantAux, gotCaches, wantCaches)
+		switchKeepsTheBits(t, tiny(t, f, nil), f.Ref.PromptIDs, qwen35.SetForceDeltaRows)
 	})
 }
 
