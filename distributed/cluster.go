@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"regexp"
@@ -280,16 +281,19 @@ func (c *Cluster) digest(backend string) string {
 // 127.0.0.1 now, for a Cluster of launchers on one host (tests, trials):
 // "port" must leave room for the meeting port and every rank's. (A port
 // can be taken between this choice and its use; the launcher or rank that
-// binds it then fails and says so.)
+// binds it then fails and says so.) The run is drawn below 32768, where
+// Linux hands out no ports for outgoing connections (its default ephemeral
+// range is 32768–60999): a run taken from that range, as a port the kernel
+// chose would be, could go to any connection opened before the ranks bind
+// it — another test's ranks connecting to each other, say — and the ranks
+// then failed with MLX's "[ring] Couldn't bind socket (error: 98)".
 func FreePortRun(n int) (int, error) {
-	for range 20 {
-		first, err := freePort()
-		if err != nil {
-			return 0, err
-		}
-		if first+n-1 > 65535 {
-			continue
-		}
+	const low, high = 10000, 32768
+	if n < 1 || n > high-low {
+		return 0, fmt.Errorf("distributed: cannot find a run of %d ports", n)
+	}
+	for range 50 {
+		first := low + rand.IntN(high-low-n+1)
 		var ls []net.Listener
 		ok := true
 		for p := first; p < first+n && ok; p++ {

@@ -205,3 +205,28 @@ func FuzzParseCluster(f *testing.F) {
 		}
 	})
 }
+
+// A run for one-host launchers lies below Linux's ephemeral range (from
+// 32768), where no outgoing connection can take a port between the choice
+// and the ranks' binds, and every port of it could be bound when chosen.
+func TestFreePortRunAvoidsEphemeralPorts(t *testing.T) {
+	for _, n := range []int{1, 3, 9} {
+		first, err := distributed.FreePortRun(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first < 1024 || first+n > 32768 {
+			t.Fatalf("run of %d from port %d: want it inside 1024..32767", n, first)
+		}
+		for p := first; p < first+n; p++ {
+			l, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				t.Fatalf("port %d of the run from %d: %v", p, first, err)
+			}
+			l.Close()
+		}
+	}
+	if _, err := distributed.FreePortRun(0); err == nil {
+		t.Fatal("a run of 0 ports: no error")
+	}
+}
