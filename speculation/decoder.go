@@ -133,11 +133,9 @@ func (d *Decoder) Next(remaining int) ([]int32, error) {
 	v := d.takeAhead(remaining)
 	if v == nil {
 		cand, anchor := d.takeEarly(remaining)
-		if cand == nil {
+		if cand == nil && s.limit > 0 && remaining > 1 && s.draft != nil {
 			// Made before the draft is submitted: see Decoder.earlyAnchor.
 			anchor = mlx.FromInt32s([]int32{d.current}, 1)
-		}
-		if cand == nil && s.limit > 0 && remaining > 1 && s.draft != nil {
 			cand = s.draft.Propose(anchor, min(s.limit, remaining-1))
 			if cand != nil {
 				// Let the draft run while the host builds the verification.
