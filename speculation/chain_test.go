@@ -133,10 +133,7 @@ func TestChainedRoundsEqualPlain(t *testing.T) {
 // With a perfect oracle every round after the first is chained while the
 // budget leaves room for another drafting round.
 func TestPerfectOracleChainsEveryRound(t *testing.T) {
-	const vocab = 12
-	target, _ := markovPair(7, vocab, 0, 3)
-	mlxtest.Run(t, func(t *mlxtest.T) {
-		prompt := []int32{1, 9, 2}
+	onChainTarget(t, func(t *mlxtest.T, target [][]float32, prompt []int32) {
 		_, seq := plainSeq(t, target, prompt, 64, sample.Options{})
 		// Depth 3 and a budget of 64: rounds of 4 tokens, the last of which
 		// leaves no budget for another.
@@ -150,10 +147,7 @@ func TestPerfectOracleChainsEveryRound(t *testing.T) {
 // Config.NoChain turns chaining alone off: the same output, no chained
 // round, the rest of the pipeline (the early proposal) still on.
 func TestNoChainConfig(t *testing.T) {
-	const vocab = 12
-	target, _ := markovPair(7, vocab, 0, 3)
-	mlxtest.Run(t, func(t *mlxtest.T) {
-		prompt := []int32{1, 9, 2}
+	onChainTarget(t, func(t *mlxtest.T, target [][]float32, prompt []int32) {
 		want, seq := plainSeq(t, target, prompt, 32, sample.Options{})
 		got, st, _ := chainRunConfig(t, Config{Target: &markovTarget{table: target}, NoChain: true}, prompt, seq, 3, 32, sample.Options{})
 		if !slices.Equal(got.Tokens, want.Tokens) || st.DraftRounds == 0 || st.ChainedRounds != 0 {
@@ -166,10 +160,7 @@ func TestNoChainConfig(t *testing.T) {
 // host: a sampled request's bonus is a draw, and with a penalty the next
 // distributions depend on the tokens the verdict emits.
 func TestNoChainWhenSamplingOrPenalised(t *testing.T) {
-	const vocab = 12
-	target, _ := markovPair(7, vocab, 0, 3)
-	mlxtest.Run(t, func(t *mlxtest.T) {
-		prompt := []int32{1, 9, 2}
+	onChainTarget(t, func(t *mlxtest.T, target [][]float32, prompt []int32) {
 		for _, opts := range []sample.Options{
 			{Temperature: 0.7, UseSeed: true, Seed: 9},
 			{RepeatPenalty: 1.2, RepeatLastN: 16},
@@ -190,10 +181,7 @@ func TestNoChainWhenSamplingOrPenalised(t *testing.T) {
 // while the round chained on it (which begins with that EOS) is in flight:
 // Run drops it, and the target cache holds no slot of it.
 func TestChainedRoundAfterEOSIsDropped(t *testing.T) {
-	const vocab = 12
-	target, _ := markovPair(7, vocab, 0, 3)
-	mlxtest.Run(t, func(t *mlxtest.T) {
-		prompt := []int32{1, 9, 2}
+	onChainTarget(t, func(t *mlxtest.T, target [][]float32, prompt []int32) {
 		free, seq := plainSeq(t, target, prompt, 64, sample.Options{})
 		seen := 0
 		for _, depth := range []int{1, 2, 3} {
@@ -226,10 +214,7 @@ func TestChainedRoundAfterEOSIsDropped(t *testing.T) {
 // round dropped: the target cache holds the prompt and the emitted tokens,
 // the last possibly not yet, and nothing of the chained round.
 func TestCancelledRunDropsChainedRound(t *testing.T) {
-	const vocab = 12
-	target, _ := markovPair(7, vocab, 0, 3)
-	mlxtest.Run(t, func(t *mlxtest.T) {
-		prompt := []int32{1, 9, 2}
+	onChainTarget(t, func(t *mlxtest.T, target [][]float32, prompt []int32) {
 		want, seq := plainSeq(t, target, prompt, 40, sample.Options{})
 		for _, stopAfter := range []int{1, 4, 9, 17} {
 			caches := newCaches()
@@ -264,4 +249,11 @@ func TestCancelledRunDropsChainedRound(t *testing.T) {
 			cancel()
 		}
 	})
+}
+
+// onChainTarget runs f on MLX's worker with the Markov target the chain
+// tests share (seed 7, 12 tokens) and their prompt.
+func onChainTarget(t *testing.T, f func(t *mlxtest.T, target [][]float32, prompt []int32)) {
+	target, _ := markovPair(7, 12, 0, 3)
+	mlxtest.Run(t, func(t *mlxtest.T) { f(t, target, []int32{1, 9, 2}) })
 }
