@@ -195,24 +195,22 @@ func (d *Decoder) settle(v *verification, remaining int) (verdict, error) {
 	// chain took v's write off the caches, which went on from its end.
 	held, ahead := next.held, next.verification
 	out, err := s.read(v)
-	if err != nil {
-		d.drop(ahead)
-		s.draft.(Retractor).Retract(v.before)
-		held.Resolve(v.keepIndex(0))
-		return out, err
-	}
-	if out.keep == v.n {
+	if err == nil && out.keep == v.n {
 		s.commit(v, held, out, true)
 		mlx.Pin(ahead.arrays()...)
 		d.ahead = ahead
 		return out, nil
 	}
-	// The guess was wrong: forget the chained round and what the draft
-	// heard of v's run, then keep v's accepted run as an unchained round
-	// would.
-	d.missed = true
+	// The guess was wrong, or the verdict unreadable: forget the chained
+	// round and what the draft heard of v's run, then end v as an
+	// unchained round would.
 	d.drop(ahead)
 	s.draft.(Retractor).Retract(v.before)
+	if err != nil {
+		held.Resolve(v.keepIndex(0))
+		return out, err
+	}
+	d.missed = true
 	s.commit(v, held, out, false)
 	return out, nil
 }
