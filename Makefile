@@ -47,9 +47,13 @@ fmt-check:
 
 vet: deps
 	$(GO) vet ./...
+	$(GO) vet -tags cgotraceback ./mlx
 
+# The cgotraceback build (C++ frames in CPU profiles, mlx/cgotraceback.go)
+# is a measuring build; its test runs here so it keeps working.
 test: deps fmt-check vet
 	$(GO) test ./...
+	$(GO) test -tags cgotraceback -run CgoTraceback ./mlx
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory test-install
 	@$(MAKE) --no-print-directory train-smoke
