@@ -9,7 +9,7 @@ functions by flat and cumulative time, optionally only for samples whose
 stack holds a given function (--focus, a regular expression, e.g.
 spx_async_eval for MLX's submission, or a Go function of the round).
 
-    scripts/pprof-cgo.py PROFILE [--focus REGEX] [--top N] [--libdir DIR ...]
+    scripts/pprof-cgo.py PROFILE [--focus REGEX] [--ignore REGEX] [--top N] [--libdir DIR ...]
 
 --libdir: folders to look for a mapping's file by its base name, where the
 profile was taken on another machine (its paths do not exist here).
@@ -100,6 +100,8 @@ def symbolize(locations, mappings, libdirs):
             continue
         path = find_file(mp["file"], mp["build_id"], libdirs)
         if not path:
+            # Not here (another machine's library): its name at least.
+            loc["funcs"] = [f"[{os.path.basename(mp['file'])}]"]
             continue
         segs, pie = load_segments(path)
         if pie:
@@ -146,6 +148,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("profile")
     ap.add_argument("--focus", help="only samples whose stack holds a function matching this regular expression")
+    ap.add_argument("--ignore", help="leave out samples whose stack holds a function matching this regular expression")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--libdir", action="append", default=[])
     args = ap.parse_args()
@@ -155,11 +158,14 @@ def main():
     samples, locations, mappings = parse_raw(raw.stdout)
     symbolize(locations, mappings, tuple(args.libdir))
     focus = re.compile(args.focus) if args.focus else None
+    ignore = re.compile(args.ignore) if args.ignore else None
     flat, cum = collections.Counter(), collections.Counter()
     total = 0
     for value, ids in samples:
         stack = [short(f) for lid in ids for f in locations.get(lid, {}).get("funcs", ["?"]) or ["?"]]
         if focus and not any(focus.search(f) for f in stack):
+            continue
+        if ignore and any(ignore.search(f) for f in stack):
             continue
         total += value
         flat[stack[0] if stack else "?"] += value
