@@ -38,8 +38,8 @@ static _Unwind_Reason_Code spx_unwind_step(struct _Unwind_Context* ctx, void* ar
 		}
 		return _URC_NO_REASON;
 	}
-	// Return addresses point after the call; the call's own line is one
-	// byte back (pprof subtracts one from every frame but the first).
+	// Return addresses, pointing after each call (scripts/pprof-cgo.py
+	// names the byte before).
 	s->buf[s->n++] = pc;
 	return _URC_NO_REASON;
 }
@@ -72,10 +72,10 @@ import "runtime"
 // that entered it. The frames are unwound with libgcc's unwinder inside
 // the profiling signal's handler, which is not async-signal-safe in every
 // case (a signal that lands while the dynamic loader holds its lock can
-// deadlock), so it is a measuring build, not the default. pprof
-// symbolizes the frames from the shared libraries named in the profile's
-// mappings: `go tool pprof -symbolize=local`, with PPROF_BINARY_PATH naming
-// the folder of libmlx.so where it differs from the profiled machine's.
+// deadlock), so it is a measuring build, not the default. `go tool pprof`
+// leaves the frames as bare addresses in the shared libraries the
+// profile's mappings name; scripts/pprof-cgo.py names them (with
+// --libdir for a profile taken on another machine).
 func init() {
 	runtime.SetCgoTraceback(0, C.spx_cgo_traceback_fn(), nil, nil)
 }
