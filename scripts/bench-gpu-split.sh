@@ -2,10 +2,10 @@
 # bench-gpu-split.sh: issue 19's measurements in one run — plain decode and a
 # depth-7 oracle round on random Qwen3.5 shapes, each with a switch on and off
 # (VARY: the host/device pipelining, SPECULA_PIPELINE, by default; or the
-# compiled segments of layers, VARY=SPECULA_SEGMENTS), the modes alternating, every
-# bench with --split so each step and round is divided into host graph
-# building, MLX submission and waiting on the device. Prints one compact
-# table; the JSON reports stay in OUT.
+# compiled segments of layers, VARY=SPECULA_SEGMENTS) or with two builds
+# (SPECULA_B), the modes alternating, every bench with --split so each step
+# and round is divided into host graph building, MLX submission and waiting
+# on the device. Prints one compact table; the JSON reports stay in OUT.
 #
 #   scripts/bench-gpu-split.sh [SHAPE ...]          # default: 0.8B 4B
 #
@@ -21,6 +21,9 @@
 #   TOKENS     new tokens per prompt (default 64); REPEATS runs per prompt
 #              and mode inside one bench (default 2); ALTERNATE how many times
 #              the on/off pair is repeated (default 2)
+#   SPECULA_B  a second specula binary: when set, the two modes compared are
+#              the binaries (SPECULA as A, SPECULA_B as B; VARY is not set),
+#              alternated the same way — an A/B of two builds on one machine
 #   VARY       the environment switch compared, set to 1 and 0 (default
 #              SPECULA_PIPELINE; SPECULA_SEGMENTS compares the compiled
 #              segments with the layer-by-layer graph)
@@ -46,6 +49,11 @@ repeats="${REPEATS:-2}"
 alternate="${ALTERNATE:-2}"
 depth="${DEPTH:-7}"
 vary="${VARY:-SPECULA_PIPELINE}"
+specula_b="${SPECULA_B:-}"
+if [ -n "$specula_b" ]; then
+  [ -x "$specula_b" ] || { echo "bench-gpu-split: no specula binary at SPECULA_B='$specula_b'" >&2; exit 2; }
+  vary=binary
+fi
 out="${OUT:-/tmp/specula-split}"
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(0.8B 4B)
@@ -76,7 +84,13 @@ PY
     [ $((k % 2)) -eq 0 ] && modes=(0 1)
     for p in "${modes[@]}"; do
       echo "bench-gpu-split: $shape, $vary=$p, run $k/$alternate" >&2
-      env "$vary=$p" "$specula" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
+      # Mode 1 is the switch on (or binary A), mode 0 off (or binary B).
+      run=(env "$vary=$p" "$specula")
+      if [ "$vary" = binary ]; then
+        run=("$specula")
+        [ "$p" = 0 ] && run=("$specula_b")
+      fi
+      "${run[@]}" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
         --max-tokens "$tokens" --repeats "$repeats" --oracle --depths "$depth" \
         --split --json --quiet > "$dir/bench-$vary$p-run$k.json"
     done
@@ -114,7 +128,8 @@ for shape in shapes:
         acc = med([r["oracle"][0].get("mean_acceptance_length", 0) for r in runs])
         step, rnd = hd("plain", "round_ms"), hd("oracle", "round_ms")
         split = lambda m: f"{hd(m, 'build_ms'):.2f}/{hd(m, 'submit_ms'):.2f}/{hd(m, 'wait_ms'):.2f}"
-        rows.append((shape, "on" if p == "1" else "off", f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes and bw else "-",
+        mode = ("A" if p == "1" else "B") if vary == "binary" else ("on" if p == "1" else "off")
+        rows.append((shape, mode, f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes and bw else "-",
                      f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}"))
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:
