@@ -241,8 +241,14 @@ func leadingRows(x *mlx.Array) int {
 // rowsGEMV returns x · Wᵀ for x [..., K] with at most maxGEMVRows rows and
 // w [N, K], both bfloat16 and K a multiple of 8, as one launch, or nil when
 // it does not apply (off the GPU, other dtypes or sizes, or after a failed
-// launch).
+// launch). Float32 products go to rowsGEMVF32 when SPECULA_ROWS_GEMV_F32=1.
 func rowsGEMV(x, w *mlx.Array) *mlx.Array {
+	if x.DType() == mlx.Float32 {
+		if !rowsGEMVF32On {
+			return nil
+		}
+		return rowsGEMVF32(x, w)
+	}
 	if rowsGEMVBroken.Load() || mlx.CurrentDevice() != mlx.GPU {
 		return nil
 	}

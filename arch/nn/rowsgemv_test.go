@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/specula-dev/specula/mlx"
@@ -83,21 +84,25 @@ func BenchmarkRowsGEMV(b *testing.B) {
 	}
 	for _, sh := range shapes {
 		for _, rows := range []int{1, 8} {
-			for _, impl := range []string{"mlx", "kernel"} {
+			for _, impl := range []string{"mlx", "kernel", "mlx-f32", "kernel-f32"} {
+				dt, size := mlx.BFloat16, 2.0
+				if strings.HasSuffix(impl, "-f32") {
+					dt, size = mlx.Float32, 4
+				}
 				b.Run(fmt.Sprintf("%s/rows%d/%s", sh.name, rows, impl), func(b *testing.B) {
 					mlxtest.Run(b, func(t *mlxtest.T) {
 						if !mlx.GPUAvailable() {
 							t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
 						}
 						const per = 16
-						copies := max(per, int(512e6/(2*float64(sh.n)*float64(sh.k))))
-						base := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(1), mlx.Float32, 0, 0.05, sh.n, sh.k), mlx.BFloat16)
+						copies := max(per, int(512e6/(size*float64(sh.n)*float64(sh.k))))
+						base := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(1), mlx.Float32, 0, 0.05, sh.n, sh.k), dt)
 						ws := make([]*mlx.Array, copies)
 						for i := range ws {
 							// Distinct buffers: the weights times a scalar.
-							ws[i] = mlx.Multiply(base, mlx.Scalar(1+float64(i)/1024, mlx.BFloat16))
+							ws[i] = mlx.Multiply(base, mlx.Scalar(1+float64(i)/1024, dt))
 						}
-						x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(2), mlx.Float32, 0, 1, 1, rows, sh.k), mlx.BFloat16)
+						x := mlx.AsType(mlx.RandomNormal(mlx.RandomKey(2), mlx.Float32, 0, 1, 1, rows, sh.k), dt)
 						mlx.Pin(append(ws, x)...)
 						defer mlx.Free(append(ws, x)...)
 						t.Eval(append(ws, x)...)
@@ -107,9 +112,9 @@ func BenchmarkRowsGEMV(b *testing.B) {
 							for i := range outs {
 								w := ws[next%copies]
 								next++
-								if impl == "mlx" {
+								if strings.HasPrefix(impl, "mlx") {
 									outs[i] = mlx.Linear(x, w)
-								} else if outs[i] = rowsGEMV(x, w); outs[i] == nil {
+								} else if outs[i] = rowsGEMVAny(x, w); outs[i] == nil {
 									b.Fatal("the kernel did not run")
 								}
 							}
@@ -124,7 +129,7 @@ func BenchmarkRowsGEMV(b *testing.B) {
 							run()
 						}
 						b.StopTimer()
-						bytes := float64(sh.n) * float64(sh.k) * 2 * per * float64(b.N)
+						bytes := float64(sh.n) * float64(sh.k) * size * per * float64(b.N)
 						b.ReportMetric(bytes/b.Elapsed().Seconds()/1e9, "GB/s")
 					})
 				})
@@ -173,4 +178,73 @@ func TestLinearRowsGEMVRows(t *testing.T) {
 			t.SameBits(fmt.Sprintf("SPECULA_ROWS_GEMV=%q, %d rows", c.env, c.rows), t.Float32s(mlx.AsType(layer.Forward(in), mlx.Float32)), t.Float32s(mlx.AsType(want, mlx.Float32)))
 		}
 	})
+}
+
+// The float32 few-row kernel on the GPU of a CUDA build, on the shapes of
+// the bfloat16 test (K 2568 ends in a partial 128-wide slice; N not a
+// multiple of 4): for 1, 3, 8 and 17 rows every output is within the
+// float32 error bound of a float64 product computed here (K·2⁻²³ of the
+// sum of |x·w|; TF32 is not involved, so MLX's product is no reference),
+// every row of a many-row product has exactly the bits of that row run
+// alone, and a misaligned view takes the scalar loads and gives the same
+// bits as an aligned copy.
+func TestRowsGEMVF32MatchesAndIsRowStable(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		if !mlx.GPUAvailable() {
+			t.Skip("the few-row GEMV kernel needs the GPU of a CUDA build")
+		}
+		for _, shape := range [][2]int{{2560, 2561}, {9216, 1000}, {256, 250}, {2568, 303}} {
+			k, n := shape[0], shape[1]
+			w := mlx.RandomNormal(mlx.RandomKey(1), mlx.Float32, 0, 0.05, n, k)
+			all := mlx.RandomNormal(mlx.RandomKey(2), mlx.Float32, 0, 1, 17, k)
+			wv, xv := t.Float32s(w), t.Float32s(all)
+			for _, rows := range []int{1, 3, 8, 17} {
+				x := mlx.SliceAxis(all, 0, 0, rows)
+				got := rowsGEMVF32(mlx.Reshape(x, 1, rows, k), w)
+				if got == nil {
+					t.Fatalf("K %d, N %d, %d rows: the kernel did not run", k, n, rows)
+				}
+				g := t.Float32s(got)
+				for r := range rows {
+					for j := range n {
+						var ref, mag float64
+						for c := range k {
+							p := float64(xv[r*k+c]) * float64(wv[j*k+c])
+							ref += p
+							mag += math.Abs(p)
+						}
+						if d := math.Abs(float64(g[r*n+j]) - ref); d > float64(k)*mag/(1<<23)+1e-30 {
+							t.Fatalf("K %d, N %d, %d rows: output (%d, %d) = %g, want %g", k, n, rows, r, j, g[r*n+j], ref)
+						}
+					}
+				}
+				for r := range rows {
+					alone := t.Float32s(rowsGEMVF32(mlx.SliceAxis(x, 0, r, r+1), w))
+					for j := range n {
+						if alone[j] != g[r*n+j] {
+							t.Fatalf("K %d, N %d: row %d of %d differs from the row alone at %d: %g vs %g", k, n, r, rows, j, g[r*n+j], alone[j])
+						}
+					}
+				}
+			}
+			wide := mlx.RandomNormal(mlx.RandomKey(3), mlx.Float32, 0, 1, 1, k+4)
+			view := mlx.SliceAxis(wide, 1, 1, k+1)
+			a := t.Float32s(rowsGEMVF32(view, w))
+			b := t.Float32s(rowsGEMVF32(mlx.Add(view, mlx.Zeros(mlx.Float32, 1, k)), w))
+			for j := range a {
+				if a[j] != b[j] {
+					t.Fatalf("K %d, N %d: a misaligned view gives %g at %d, an aligned copy %g", k, n, a[j], j, b[j])
+				}
+			}
+		}
+	})
+}
+
+// rowsGEMVAny is the few-row kernel of x's dtype, whether or not Linear
+// would send it there.
+func rowsGEMVAny(x, w *mlx.Array) *mlx.Array {
+	if x.DType() == mlx.Float32 {
+		return rowsGEMVF32(x, w)
+	}
+	return rowsGEMV(x, w)
 }

@@ -1,0 +1,161 @@
+package nn
+
+import (
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"github.com/specula-dev/specula/mlx"
+)
+
+// rowsGEMVF32 is rowsGEMV for float32 weights and activations: a
+// verification of a float32 model (the go-tiny family on a GPU, the float32
+// shapes the oracle is exact on) multiplies its few rows with cuBLAS
+// otherwise, which at 8 rows streams far below the memory bound and costs
+// MLX's submission ~15 µs a product (docs/PERFORMANCE.md, 2026-12-06: a
+// float32 4B depth-7 verification took the H100 ~12 ms against a 6.9 ms
+// step). Tensor cores would round float32 to TF32, so this kernel uses
+// plain fused multiply-adds.
+//
+// Layout: a block owns 4 weight rows; its WARPS warps split K into slices
+// of 128 (32 lanes × 4 consecutive k), slice s going to warp s mod WARPS.
+// A lane keeps the partial sums of every (x row, weight row) pair in
+// registers, adding its slices' four products in k order; then each warp
+// sums its lanes with a fixed shuffle tree and the warps' sums are added in
+// warp order. Nothing in that order depends on how many x rows share the
+// launch, so a row of a verification has the bits of the same row run
+// alone. The weights are read once, with a streaming hint; the few x rows
+// are read by every block and stay cached.
+var rowsGEMVF32Kernel = &mlx.CUDAKernel{
+	Name:    "specula_rows_gemv_f32",
+	Inputs:  []string{"x", "w"},
+	Outputs: []string{"y"},
+	Header: `
+// Four consecutive floats at p, zeros when !ok: one 16-byte load when VEC
+// (p 16-byte aligned), else one by one (the same values). STREAM marks data
+// read once (the weights).
+template <bool STREAM, bool VEC>
+__device__ __forceinline__ float4 specula_load4f(const float* p, bool ok) {
+  if (!ok) return make_float4(0.f, 0.f, 0.f, 0.f);
+  if (VEC) return STREAM ? __ldcs(reinterpret_cast<const float4*>(p)) : __ldg(reinterpret_cast<const float4*>(p));
+  return make_float4(p[0], p[1], p[2], p[3]);
+}
+// y = x · wᵀ for R (<= RT) rows of x, N rows of w, K columns (a multiple of
+// 4); red holds WARPS * RT * 4 floats.
+template <int RT, int WARPS, bool VEC>
+__device__ __forceinline__ void specula_rows_gemv_f32(const float* x, const float* w, float* y, int R, int N, int K, float* red) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int m0 = blockIdx.x * 4;
+  float acc[RT][4];
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[r][j] = 0.f;
+  }
+  for (int k = (warp * 32 + lane) * 4; k < K; k += WARPS * 128) {
+    float4 wv[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int m = m0 + j;
+      wv[j] = specula_load4f<true, VEC>(w + (size_t)(m < N ? m : 0) * K + k, m < N);
+    }
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+      if (r < R) {
+        const float4 xv = specula_load4f<false, VEC>(x + (size_t)r * K + k, true);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float a = acc[r][j];
+          a = fmaf(xv.x, wv[j].x, a);
+          a = fmaf(xv.y, wv[j].y, a);
+          a = fmaf(xv.z, wv[j].z, a);
+          a = fmaf(xv.w, wv[j].w, a);
+          acc[r][j] = a;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float s = acc[r][j];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0) red[(warp * RT + r) * 4 + j] = s;
+    }
+  }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= RT * 4) return;
+  const int r = t >> 2, j = t & 3;
+  float s = red[r * 4 + j];
+#pragma unroll
+  for (int v = 1; v < WARPS; ++v) s += red[(v * RT + r) * 4 + j];
+  const int m = m0 + j;
+  if (r < R && m < N) y[(size_t)r * N + m] = s;
+}
+`,
+	Source: `
+  __shared__ float red[WARPS * RT * 4];
+  if (((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15) == 0) {
+    specula_rows_gemv_f32<RT, WARPS, true>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+  } else {
+    specula_rows_gemv_f32<RT, WARPS, false>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+  }
+`,
+}
+
+// rowsGEMVF32On says whether Linear sends float32 products to the kernel:
+// only with SPECULA_ROWS_GEMV_F32=1 (read once) until its GPU test
+// (TestRowsGEMVF32MatchesAndIsRowStable) and the float32 oracle's A/B have
+// run on a GPU. Written on 2026-12-06 when no device was left to run
+// them; NVRTC compiled it then (compute_90), nothing more.
+var rowsGEMVF32On = os.Getenv("SPECULA_ROWS_GEMV_F32") == "1"
+
+// gemvF32Warps is the float32 kernel's warps per block: 8, so that RT × 4
+// (at most 96) threads are there to add the warps' sums.
+const gemvF32Warps = 8
+
+// rowsGEMVF32Broken is set when a launch fails; MLX's products are used
+// from then on (logged once).
+var rowsGEMVF32Broken atomic.Bool
+
+// rowsGEMVF32 returns x · Wᵀ for x [..., K] with at most maxGEMVRows rows
+// and w [N, K], both float32 and K a multiple of 4, as one launch, or nil
+// when it does not apply (off the GPU, other dtypes or sizes, or after a
+// failed launch).
+func rowsGEMVF32(x, w *mlx.Array) *mlx.Array {
+	if rowsGEMVF32Broken.Load() || mlx.CurrentDevice() != mlx.GPU {
+		return nil
+	}
+	if x.DType() != mlx.Float32 || w.DType() != mlx.Float32 || w.NDim() != 2 || x.NDim() < 1 {
+		return nil
+	}
+	k, n := w.Dim(1), w.Dim(0)
+	if x.Dim(-1) != k || k%4 != 0 {
+		return nil
+	}
+	rows := leadingRows(x)
+	if rows < 1 || rows > maxGEMVRows {
+		return nil
+	}
+	outs, err := rowsGEMVF32Kernel.Run([]*mlx.Array{mlx.Reshape(x, rows, k), w}, mlx.KernelLaunch{
+		OutputShapes: [][]int{{rows, n}},
+		OutputDTypes: []mlx.DType{mlx.Float32},
+		Grid:         [3]int{(n + 3) / 4 * 32 * gemvF32Warps, 1, 1},
+		Block:        [3]int{32 * gemvF32Warps, 1, 1},
+		// Only the number of 8-row tiles is compiled in; the row count is
+		// read from x's shape.
+		Templates: []mlx.KernelTemplate{{Name: "RT", Value: (rows + 7) / 8 * 8}, {Name: "WARPS", Value: gemvF32Warps}},
+	})
+	if err != nil {
+		if !rowsGEMVF32Broken.Swap(true) {
+			slog.Warn("nn: the float32 few-row GEMV kernel failed; using MLX's products", "err", err)
+		}
+		return nil
+	}
+	shape := append(x.Shape()[:x.NDim()-1:x.NDim()-1], n)
+	return mlx.Reshape(outs[0], shape...)
+}
