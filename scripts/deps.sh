@@ -291,6 +291,36 @@ fetch_cuda_crt() {
   rm -rf "$dl"
 }
 
+# fetch_nvrtc unpacks NVRTC (the pinned nvidia-cuda-nvrtc wheel) and the
+# CUDA headers our kernels include (nvidia-cuda-runtime, nvidia-cuda-crt)
+# into .deps/nvrtc, for the tests that compile every CUDA kernel's source
+# on a machine without a GPU (mlxtest.CompileCUDA; make test sets NVRTC=1).
+# About 60 MB to download; nothing of it is used at run time.
+fetch_nvrtc() {
+  local dir="$deps/nvrtc" dl="$deps/wheels/nvrtc" wanted
+  wanted="$(printf '%s\n' "$CUDA_WHEELS" | grep -E '^nvidia-cuda-(nvrtc|runtime|crt)==')"
+  if [ "$(cat "$dir/.specula-wheels" 2>/dev/null)" = "$wanted" ] && [ -f "$dir/cu13/lib/libnvrtc.so.13" ]; then
+    return 0
+  fi
+  if [ -z "$python" ]; then
+    echo "deps: python3 with pip is needed to download NVRTC" >&2
+    exit 1
+  fi
+  mkdir -p "$dl"
+  printf '%s\n' "$wanted" | awk '{print $1 " --hash=sha256:" $2}' > "$dl/requirements.txt"
+  echo "deps: downloading NVRTC and the CUDA headers with pip (download only, about 60 MB), to compile our kernels in tests"
+  if ! pip_download "$dl" --require-hashes -r "$dl/requirements.txt"; then
+    echo "deps: could not download NVRTC (NVRTC=1)" >&2
+    exit 1
+  fi
+  rm -rf "$dir" "$dir.partial"
+  unpack_nvidia_wheels "$dl" "$dir.partial"
+  printf '%s\n' "$wanted" > "$dir.partial/.specula-wheels"
+  mv "$dir.partial" "$dir"
+  rm -rf "$dl"
+  echo "deps: NVRTC ready in .deps/nvrtc"
+}
+
 # link_system_cuda points .deps/nvidia at the CUDA 13 libraries this machine
 # already has. Finding none is not an error: a CUDA program can be built (and
 # bundled) on a machine without them; it runs where they are.
@@ -324,6 +354,9 @@ link_system_cuda() {
 changed=0
 fetch_mlx
 fetch_openblas
+if [ "${NVRTC:-0}" = 1 ]; then
+  fetch_nvrtc
+fi
 
 runtime="none"
 if [ "$MLX_BACKEND" = cuda ]; then
