@@ -1,9 +1,7 @@
 package nn
 
 import (
-	"log/slog"
 	"os"
-	"sync/atomic"
 
 	"github.com/specula-dev/specula/mlx"
 )
@@ -189,9 +187,10 @@ func gemvWarps(n int) int {
 // verification block (DFlash's 16 drafts and the anchor fit).
 const maxGEMVRows = 17
 
-// rowsGEMVBroken is set when a launch fails; MLX's products are used from
-// then on (logged once).
-var rowsGEMVBroken atomic.Bool
+// rowsGEMVSwitch turns the kernel off once a launch has failed (MLX's
+// products are used from then on, logged once), and off the GPU.
+// SPECULA_ROWS_GEMV=0 turns it off too, as it does in rowsGEMVFrom.
+var rowsGEMVSwitch = NewKernelSwitch("SPECULA_ROWS_GEMV", "nn: the few-row GEMV kernel failed; using MLX's products")
 
 // rowsGEMVFrom is the fewest rows of a bfloat16 product Linear sends to
 // rowsGEMV (which takes up to maxGEMVRows; 0: none), from
@@ -249,18 +248,8 @@ func rowsGEMV(x, w *mlx.Array) *mlx.Array {
 		}
 		return rowsGEMVF32(x, w)
 	}
-	if rowsGEMVBroken.Load() || mlx.CurrentDevice() != mlx.GPU {
-		return nil
-	}
-	if x.DType() != mlx.BFloat16 || w.DType() != mlx.BFloat16 || w.NDim() != 2 || x.NDim() < 1 {
-		return nil
-	}
-	k, n := w.Dim(1), w.Dim(0)
-	if x.Dim(-1) != k || k%8 != 0 {
-		return nil
-	}
-	rows := leadingRows(x)
-	if rows < 1 || rows > maxGEMVRows {
+	rows, k, n, ok := fewRowsProduct(rowsGEMVSwitch, x, w, mlx.BFloat16, 8)
+	if !ok {
 		return nil
 	}
 	warps := gemvWarps(n)
@@ -277,11 +266,31 @@ func rowsGEMV(x, w *mlx.Array) *mlx.Array {
 		},
 	})
 	if err != nil {
-		if !rowsGEMVBroken.Swap(true) {
-			slog.Warn("nn: the few-row GEMV kernel failed; using MLX's products", "err", err)
-		}
+		rowsGEMVSwitch.Fail(err)
 		return nil
 	}
-	shape := append(x.Shape()[:x.NDim()-1:x.NDim()-1], n)
-	return mlx.Reshape(outs[0], shape...)
+	return withLeadingDims(outs[0], x)
+}
+
+// fewRowsProduct checks that a few-row kernel behind sw can multiply
+// x [..., K] by w [N, K]: the switch on, both of dtype dt, K a multiple of
+// kStep (the kernel's vector width) and 1 to maxGEMVRows rows. It returns
+// the rows, K and N.
+func fewRowsProduct(sw *KernelSwitch, x, w *mlx.Array, dt mlx.DType, kStep int) (rows, k, n int, ok bool) {
+	if !sw.On() || x.DType() != dt || w.DType() != dt || w.NDim() != 2 || x.NDim() < 1 {
+		return 0, 0, 0, false
+	}
+	k, n = w.Dim(1), w.Dim(0)
+	if x.Dim(-1) != k || k%kStep != 0 {
+		return 0, 0, 0, false
+	}
+	rows = leadingRows(x)
+	return rows, k, n, rows >= 1 && rows <= maxGEMVRows
+}
+
+// withLeadingDims reshapes a kernel's product y [rows, N] to x's leading
+// dimensions: [..., N].
+func withLeadingDims(y, x *mlx.Array) *mlx.Array {
+	shape := append(x.Shape()[:x.NDim()-1:x.NDim()-1], y.Dim(-1))
+	return mlx.Reshape(y, shape...)
 }

@@ -1,9 +1,7 @@
 package nn
 
 import (
-	"log/slog"
 	"os"
-	"sync/atomic"
 
 	"github.com/specula-dev/specula/mlx"
 )
@@ -118,27 +116,17 @@ var rowsGEMVF32On = os.Getenv("SPECULA_ROWS_GEMV_F32") == "1"
 // (at most 96) threads are there to add the warps' sums.
 const gemvF32Warps = 8
 
-// rowsGEMVF32Broken is set when a launch fails; MLX's products are used
-// from then on (logged once).
-var rowsGEMVF32Broken atomic.Bool
+// rowsGEMVF32Switch turns the kernel off once a launch has failed (MLX's
+// products are used from then on, logged once), and off the GPU.
+var rowsGEMVF32Switch = NewKernelSwitch("SPECULA_ROWS_GEMV_F32", "nn: the float32 few-row GEMV kernel failed; using MLX's products")
 
 // rowsGEMVF32 returns x · Wᵀ for x [..., K] with at most maxGEMVRows rows
 // and w [N, K], both float32 and K a multiple of 4, as one launch, or nil
 // when it does not apply (off the GPU, other dtypes or sizes, or after a
 // failed launch).
 func rowsGEMVF32(x, w *mlx.Array) *mlx.Array {
-	if rowsGEMVF32Broken.Load() || mlx.CurrentDevice() != mlx.GPU {
-		return nil
-	}
-	if x.DType() != mlx.Float32 || w.DType() != mlx.Float32 || w.NDim() != 2 || x.NDim() < 1 {
-		return nil
-	}
-	k, n := w.Dim(1), w.Dim(0)
-	if x.Dim(-1) != k || k%4 != 0 {
-		return nil
-	}
-	rows := leadingRows(x)
-	if rows < 1 || rows > maxGEMVRows {
+	rows, k, n, ok := fewRowsProduct(rowsGEMVF32Switch, x, w, mlx.Float32, 4)
+	if !ok {
 		return nil
 	}
 	outs, err := rowsGEMVF32Kernel.Run([]*mlx.Array{mlx.Reshape(x, rows, k), w}, mlx.KernelLaunch{
@@ -151,11 +139,8 @@ func rowsGEMVF32(x, w *mlx.Array) *mlx.Array {
 		Templates: []mlx.KernelTemplate{{Name: "RT", Value: (rows + 7) / 8 * 8}, {Name: "WARPS", Value: gemvF32Warps}},
 	})
 	if err != nil {
-		if !rowsGEMVF32Broken.Swap(true) {
-			slog.Warn("nn: the float32 few-row GEMV kernel failed; using MLX's products", "err", err)
-		}
+		rowsGEMVF32Switch.Fail(err)
 		return nil
 	}
-	shape := append(x.Shape()[:x.NDim()-1:x.NDim()-1], n)
-	return mlx.Reshape(outs[0], shape...)
+	return withLeadingDims(outs[0], x)
 }
