@@ -272,23 +272,36 @@ fetch_cuda_wheels() {
   echo "deps: CUDA runtime ready in .deps/nvidia ($(du -sh "$nv" | cut -f1))"
 }
 
-# fetch_cuda_crt unpacks the pinned nvidia-cuda-crt wheel's nvidia/ tree into
-# .deps/cuda-crt (for CUDA_RUNTIME=system: see CUDA_CRT_WHEEL).
-fetch_cuda_crt() {
-  local dir="$deps/cuda-crt" dl="$deps/wheels/crt"
-  if [ "$(cat "$dir/.specula-wheel" 2>/dev/null)" = "$CUDA_CRT_WHEEL" ]; then
+# unpack_pinned WANTED DIR [STAMP] makes DIR hold the nvidia/ trees of the
+# wheels WANTED pins (lines "name==version sha256"), unless DIR's stamp file
+# (STAMP, default .specula-wheels) already names them: it downloads them with
+# pip, their hashes checked, unpacks them beside DIR and then replaces DIR
+# whole. It returns 1, leaving DIR as it was, when the download fails.
+unpack_pinned() {
+  local wanted="$1" dir="$2" stamp="${3:-.specula-wheels}"
+  local dl="$deps/wheels/$(basename "$dir")"
+  if [ "$(cat "$dir/$stamp" 2>/dev/null)" = "$wanted" ]; then
     return 0
   fi
   mkdir -p "$dl"
-  printf '%s\n' "$CUDA_CRT_WHEEL" | awk '{print $1 " --hash=sha256:" $2}' > "$dl/requirements.txt"
+  printf '%s\n' "$wanted" | awk '{print $1 " --hash=sha256:" $2}' > "$dl/requirements.txt"
   if ! pip_download "$dl" --require-hashes -r "$dl/requirements.txt"; then
-    echo "deps: could not download ${CUDA_CRT_WHEEL%% *}: MLX's sm90 quantized kernels will not build on this runtime" >&2
-    return 0
+    return 1
   fi
+  rm -rf "$dir.partial"
+  unpack_nvidia_wheels "$dl" "$dir.partial"
+  printf '%s\n' "$wanted" > "$dir.partial/$stamp"
   rm -rf "$dir"
-  unpack_nvidia_wheels "$dl" "$dir"
-  echo "$CUDA_CRT_WHEEL" > "$dir/.specula-wheel"
+  mv "$dir.partial" "$dir"
   rm -rf "$dl"
+}
+
+# fetch_cuda_crt unpacks the pinned nvidia-cuda-crt wheel's nvidia/ tree into
+# .deps/cuda-crt (for CUDA_RUNTIME=system: see CUDA_CRT_WHEEL).
+fetch_cuda_crt() {
+  if ! unpack_pinned "$CUDA_CRT_WHEEL" "$deps/cuda-crt" .specula-wheel; then
+    echo "deps: could not download ${CUDA_CRT_WHEEL%% *}: MLX's sm90 quantized kernels will not build on this runtime" >&2
+  fi
 }
 
 # fetch_nvrtc unpacks NVRTC (the pinned nvidia-cuda-nvrtc wheel) and the
@@ -297,27 +310,22 @@ fetch_cuda_crt() {
 # on a machine without a GPU (mlxtest.CompileCUDA; make test sets NVRTC=1).
 # About 60 MB to download; nothing of it is used at run time.
 fetch_nvrtc() {
-  local dir="$deps/nvrtc" dl="$deps/wheels/nvrtc" wanted
+  local dir="$deps/nvrtc" wanted
   wanted="$(printf '%s\n' "$CUDA_WHEELS" | grep -E '^nvidia-cuda-(nvrtc|runtime|crt)==')"
-  if [ "$(cat "$dir/.specula-wheels" 2>/dev/null)" = "$wanted" ] && [ -f "$dir/cu13/lib/libnvrtc.so.13" ]; then
+  # A stamp whose library was deleted since is no stamp.
+  [ -f "$dir/cu13/lib/libnvrtc.so.13" ] || rm -f "$dir/.specula-wheels"
+  if [ "$(cat "$dir/.specula-wheels" 2>/dev/null)" = "$wanted" ]; then
     return 0
   fi
   if [ -z "$python" ]; then
     echo "deps: python3 with pip is needed to download NVRTC" >&2
     exit 1
   fi
-  mkdir -p "$dl"
-  printf '%s\n' "$wanted" | awk '{print $1 " --hash=sha256:" $2}' > "$dl/requirements.txt"
   echo "deps: downloading NVRTC and the CUDA headers with pip (download only, about 60 MB), to compile our kernels in tests"
-  if ! pip_download "$dl" --require-hashes -r "$dl/requirements.txt"; then
+  if ! unpack_pinned "$wanted" "$dir"; then
     echo "deps: could not download NVRTC (NVRTC=1)" >&2
     exit 1
   fi
-  rm -rf "$dir" "$dir.partial"
-  unpack_nvidia_wheels "$dl" "$dir.partial"
-  printf '%s\n' "$wanted" > "$dir.partial/.specula-wheels"
-  mv "$dir.partial" "$dir"
-  rm -rf "$dl"
   echo "deps: NVRTC ready in .deps/nvrtc"
 }
 
