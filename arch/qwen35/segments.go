@@ -206,16 +206,8 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 		}
 		taps, out = append(taps, out[:seg.taps]...), out[seg.taps:]
 		for j, i := range seg.whole {
-			w := cache.RecurrentWrite{Conv: out[0], Delta: out[1]}
-			out = out[2:]
-			if n := len(splits[j]); n > 0 {
-				w.ConvWindow, out = out[0], out[1:]
-				if rows {
-					w.DeltaRows, out = out[0], out[1:]
-				} else {
-					w.Deltas, out = out[:n], out[n:]
-				}
-			}
+			var w cache.RecurrentWrite
+			w, out = unflattenWrite(out, len(splits[j]), rows)
 			caches[i].(*cache.Recurrent).Put(w)
 		}
 		if seg.next >= 0 {
@@ -267,15 +259,7 @@ func (m *Model) callSegment(s int, splits [][]int, rows bool, in []*mlx.Array) [
 			nout += 3
 		}
 		for _, sp := range splits {
-			nout += 2 // the end's tail and state
-			if len(sp) > 0 {
-				nout++ // the window
-				if rows {
-					nout++
-				} else {
-					nout += len(sp)
-				}
-			}
+			nout += flatWriteLen(len(sp), rows)
 		}
 		f = mlx.Compile(fmt.Sprintf("qwen35 segment %d", s), nout, func(in []*mlx.Array) []*mlx.Array {
 			return m.runSegment(seg, splits, rows, in)
@@ -350,15 +334,7 @@ func (m *Model) runSegment(seg segment, splits [][]int, rows bool, in []*mlx.Arr
 		in = in[2:]
 		h, normed = m.addMLP(ly, h, x, w.normAfter(i))
 		record(i)
-		states = append(states, st.Conv, st.Delta)
-		if len(splits[j]) > 0 {
-			states = append(states, st.ConvWindow)
-			if rows {
-				states = append(states, st.DeltaRows)
-			} else {
-				states = append(states, st.Deltas...)
-			}
-		}
+		states = flattenWrite(states, st, len(splits[j]), rows)
 	}
 	out := []*mlx.Array{h}
 	if seg.next >= 0 {
@@ -388,4 +364,47 @@ func (w *weights) normAfter(i int) *mlx.Array {
 		return w.layers[i+1].inputNorm
 	}
 	return w.norm
+}
+
+// A delta-net layer's write leaves a segment as arrays in this order: the
+// tail and the state at the end; with n > 0 interior splits, then the
+// window of pre-convolution rows and the interior states (the rows of every
+// state when rows, else one array per split). flattenWrite appends them,
+// flatWriteLen counts them and unflattenWrite reads them back.
+
+func flattenWrite(out []*mlx.Array, w cache.RecurrentWrite, n int, rows bool) []*mlx.Array {
+	out = append(out, w.Conv, w.Delta)
+	if n == 0 {
+		return out
+	}
+	out = append(out, w.ConvWindow)
+	if rows {
+		return append(out, w.DeltaRows)
+	}
+	return append(out, w.Deltas...)
+}
+
+func flatWriteLen(n int, rows bool) int {
+	switch {
+	case n == 0:
+		return 2
+	case rows:
+		return 4
+	}
+	return 3 + n
+}
+
+// unflattenWrite returns the write at the front of out and the arrays after
+// it.
+func unflattenWrite(out []*mlx.Array, n int, rows bool) (cache.RecurrentWrite, []*mlx.Array) {
+	w := cache.RecurrentWrite{Conv: out[0], Delta: out[1]}
+	if n > 0 {
+		w.ConvWindow = out[2]
+		if rows {
+			w.DeltaRows = out[3]
+		} else {
+			w.Deltas = out[3 : 3+n]
+		}
+	}
+	return w, out[flatWriteLen(n, rows):]
 }
