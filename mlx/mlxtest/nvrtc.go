@@ -162,7 +162,7 @@ func CUDASource(k *mlx.CUDAKernel, inputs []mlx.DType, l mlx.KernelLaunch) strin
 	b.WriteString("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n")
 	b.WriteString("struct Shape { int d[10]; __device__ const int& operator[](int i) const { return d[i]; } };\n")
 	b.WriteString(k.Header)
-	b.WriteString("\nnamespace mlx::core::cu {\n__global__ void custom_kernel_" + k.Name + "(\n")
+	b.WriteString("\nnamespace mlx::core::cu {\n__global__ void custom_kernel_" + k.CompiledName(inputs) + "(\n")
 	var params []string
 	for i, name := range k.Inputs {
 		params = append(params, "    const "+cudaType(inputs[i])+"* "+name)

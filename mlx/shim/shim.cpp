@@ -1035,20 +1035,25 @@ int spx_gather_mm(spx_array* out, spx_array a, spx_array b,
   SPX_CATCH
 }
 
-int spx_cuda_kernel(spx_array* outs, size_t nout, const char* name,
-                    const char* source, const char* header,
-                    const char* const* input_names, const spx_array* inputs,
-                    size_t nin, const char* const* output_names,
-                    const int* out_shapes, const int* out_ndims,
-                    const int* out_dtypes, int gx, int gy, int gz, int tx,
-                    int ty, int tz, const char* const* tmpl_names,
-                    const int* tmpl_values, const int* tmpl_kinds,
-                    size_t ntmpl, spx_stream s) {
+int spx_cuda_fn_new(spx_cuda_fn* out, const char* name, const char* source,
+                    const char* header, const char* const* input_names,
+                    size_t nin, const char* const* output_names, size_t nout) {
   SPX_TRY
   std::vector<std::string> in_names(input_names, input_names + nin);
   std::vector<std::string> out_names(output_names, output_names + nout);
-  auto kernel = mx::fast::cuda_kernel(name, in_names, out_names, source,
-                                      header ? header : "", true, 0);
+  out->fn = new mx::fast::CustomKernelFunction(mx::fast::cuda_kernel(
+      name, in_names, out_names, source, header ? header : "", true, 0));
+  SPX_CATCH
+}
+
+int spx_cuda_kernel(spx_array* outs, size_t nout, spx_cuda_fn fn,
+                    const spx_array* inputs, size_t nin, const int* out_shapes,
+                    const int* out_ndims, const int* out_dtypes, int gx, int gy,
+                    int gz, int tx, int ty, int tz,
+                    const char* const* tmpl_names, const int* tmpl_values,
+                    const int* tmpl_kinds, size_t ntmpl, spx_stream s) {
+  SPX_TRY
+  auto& kernel = *static_cast<mx::fast::CustomKernelFunction*>(fn.fn);
   std::vector<mx::Shape> shapes;
   std::vector<mx::Dtype> dtypes;
   const int* dim = out_shapes;

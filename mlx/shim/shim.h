@@ -413,21 +413,34 @@ int spx_graph_ops(char** out, const spx_array* outputs, size_t n);
 int spx_gated_delta_scan(spx_array* outs, spx_array q, spx_array k, spx_array v,
                          spx_array alpha, spx_array beta, spx_array state,
                          const int* bounds, size_t nbounds, spx_stream s);
-/* Runs a CUDA kernel compiled at run time by MLX (fast::cuda_kernel). The
- * source is the kernel body; MLX writes the signature from the input and
- * output names (inputs are `const T* name`, outputs `T* name`; `<in>_shape`
- * in the source also passes an input's shape). out_shapes holds the output
- * shapes back to back, out_ndims their ranks. Template constants are ints
- * (kind 0) or bools (kind 1). grid counts threads, as in MLX. */
-int spx_cuda_kernel(spx_array* outs, size_t nout, const char* name,
-                    const char* source, const char* header,
-                    const char* const* input_names, const spx_array* inputs,
-                    size_t nin, const char* const* output_names,
-                    const int* out_shapes, const int* out_ndims,
-                    const int* out_dtypes, int gx, int gy, int gz, int tx,
-                    int ty, int tz, const char* const* tmpl_names,
-                    const int* tmpl_values, const int* tmpl_kinds,
-                    size_t ntmpl, spx_stream s);
+/* A CUDA kernel that MLX compiles at run time (fast::cuda_kernel): the
+ * function MLX returns for a name, source, header and input and output
+ * names, kept so that a launch does not rebuild it (MLX scans the source for
+ * each input's `<in>_shape` and copies every string when it does). */
+typedef struct {
+  void* fn;
+} spx_cuda_fn;
+
+/* Makes the kernel function. The source is the kernel body; MLX writes the
+ * signature from the input and output names (inputs are `const T* name`,
+ * outputs `T* name`; `<in>_shape` in the source also passes an input's
+ * shape). name is also the compiled module's name, which MLX caches by name
+ * alone, in the process and on disk: it must change whenever the compiled
+ * text would. The function lives as long as the process (a kernel is made
+ * once per input dtypes and kept). */
+int spx_cuda_fn_new(spx_cuda_fn* out, const char* name, const char* source,
+                    const char* header, const char* const* input_names,
+                    size_t nin, const char* const* output_names, size_t nout);
+
+/* Launches fn on inputs. out_shapes holds the output shapes back to back,
+ * out_ndims their ranks. Template constants are ints (kind 0) or bools
+ * (kind 1). grid counts threads, as in MLX. */
+int spx_cuda_kernel(spx_array* outs, size_t nout, spx_cuda_fn fn,
+                    const spx_array* inputs, size_t nin, const int* out_shapes,
+                    const int* out_ndims, const int* out_dtypes, int gx, int gy,
+                    int gz, int tx, int ty, int tz,
+                    const char* const* tmpl_names, const int* tmpl_values,
+                    const int* tmpl_kinds, size_t ntmpl, spx_stream s);
 
 /* ---- distributed (dist.cpp) ------------------------------------------ */
 
