@@ -192,8 +192,8 @@ const maxGEMVRows = 17
 // SPECULA_ROWS_GEMV=0 turns it off too, as it does in rowsGEMVFrom.
 var rowsGEMVSwitch = NewKernelSwitch("SPECULA_ROWS_GEMV", "nn: the few-row GEMV kernel failed; using MLX's products")
 
-// rowsGEMVFrom is the fewest rows of a bfloat16 product Linear sends to
-// rowsGEMV (which takes up to maxGEMVRows; 0: none), from
+// rowsGEMVFrom is the fewest rows of a bfloat16 or float32 product Linear
+// sends to rowsGEMV (which takes up to maxGEMVRows; 0: none), from
 // SPECULA_ROWS_GEMV, read once. By default (unset, or "verify") 2: every
 // verification (DFlash's 16-token blocks included) and the other few-row
 // products, while a decode step's single row stays on MLX's gemv. "1" sends
@@ -240,12 +240,9 @@ func leadingRows(x *mlx.Array) int {
 // rowsGEMV returns x · Wᵀ for x [..., K] with at most maxGEMVRows rows and
 // w [N, K], both bfloat16 and K a multiple of 8, as one launch, or nil when
 // it does not apply (off the GPU, other dtypes or sizes, or after a failed
-// launch). Float32 products go to rowsGEMVF32 when SPECULA_ROWS_GEMV_F32=1.
+// launch). Float32 products go to rowsGEMVF32.
 func rowsGEMV(x, w *mlx.Array) *mlx.Array {
 	if x.DType() == mlx.Float32 {
-		if !rowsGEMVF32On {
-			return nil
-		}
 		return rowsGEMVF32(x, w)
 	}
 	rows, k, n, ok := fewRowsProduct(rowsGEMVSwitch, x, w, mlx.BFloat16, 8)

@@ -1,8 +1,6 @@
 package nn
 
 import (
-	"os"
-
 	"github.com/specula-dev/specula/mlx"
 )
 
@@ -105,19 +103,22 @@ __device__ __forceinline__ void specula_rows_gemv_f32(const float* x, const floa
 `,
 }
 
-// rowsGEMVF32On says whether Linear sends float32 products to the kernel:
-// only with SPECULA_ROWS_GEMV_F32=1 (read once) until its GPU test
-// (TestRowsGEMVF32MatchesAndIsRowStable) and the float32 oracle's A/B have
-// run on a GPU. Written on 2026-12-06 when no device was left to run
-// them; NVRTC compiled it then (compute_90), nothing more.
-var rowsGEMVF32On = os.Getenv("SPECULA_ROWS_GEMV_F32") == "1"
-
 // gemvF32Warps is the float32 kernel's warps per block: 8, so that RT × 4
 // (at most 96) threads are there to add the warps' sums.
 const gemvF32Warps = 8
 
 // rowsGEMVF32Switch turns the kernel off once a launch has failed (MLX's
-// products are used from then on, logged once), and off the GPU.
+// products are used from then on, logged once), off the GPU, and with
+// SPECULA_ROWS_GEMV_F32=0. Linear sends it the float32 products that
+// rowsGEMVFrom gives the few-row kernels (by default those of 2–17 rows:
+// every verification).
+//
+// Why on (docs/PERFORMANCE.md, H100, 2026-12-06): a float32 verification
+// otherwise multiplies its rows with cuBLAS, which streams 8 rows of the 4B
+// projections at 1.0–1.8 TB/s against the kernel's 1.25–2.4 TB/s
+// (BenchmarkRowsGEMV), and costs more host time to record. The float32 4B
+// oracle's chained depth-7 round fell from 12.46–12.75 ms to 8.62–10.10 ms
+// (1.73–1.74× a plain step → 1.28–1.29×), every round exact.
 var rowsGEMVF32Switch = NewKernelSwitch("SPECULA_ROWS_GEMV_F32", "nn: the float32 few-row GEMV kernel failed; using MLX's products")
 
 // rowsGEMVF32 returns x · Wᵀ for x [..., K] with at most maxGEMVRows rows
