@@ -107,8 +107,9 @@ out, dtype, layers, bw, vary = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[
 shapes = sys.argv[6:]
 med = statistics.median
 print(f"random Qwen3.5 shapes, {dtype}, layers {'as released' if layers == '0' else layers}; ms are means per step/round after the first token,")
-print("medians over the alternated runs; build = host graph building and token handling, sub = MLX submitting (encoding) kernels, wait = blocked on the device")
-head = ("shape", vary, "plain tok/s", "bw %", "step ms", "build/sub/wait", "oracle round ms", "build/sub/wait", "round/step", "accept len", "oracle tok/s")
+print("medians over the alternated runs; build = host graph building and token handling, sub = MLX submitting (encoding) kernels, wait = blocked on the device;")
+print("differ = oracle runs whose output was not plain decoding's, of those compared (exactness: 0)")
+head = ("shape", vary, "plain tok/s", "bw %", "step ms", "build/sub/wait", "oracle round ms", "build/sub/wait", "round/step", "accept len", "oracle tok/s", "differ")
 rows = [head]
 for shape in shapes:
     d = out / f"{shape}-{dtype}-{layers}"
@@ -129,8 +130,11 @@ for shape in shapes:
         step, rnd = hd("plain", "round_ms"), hd("oracle", "round_ms")
         split = lambda m: f"{hd(m, 'build_ms'):.2f}/{hd(m, 'submit_ms'):.2f}/{hd(m, 'wait_ms'):.2f}"
         mode = ("A" if p == "1" else "B") if vary == "binary" else ("on" if p == "1" else "off")
+        # Oracle runs whose output was not plain decoding's, of those checked.
+        checks = [r["oracle"][0].get("matches_plain") or {} for r in runs]
+        differ = f"{sum(c.get('differing', 0) for c in checks)}/{sum(c.get('runs', 0) for c in checks)}"
         rows.append((shape, mode, f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes and bw else "-",
-                     f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}"))
+                     f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}", differ))
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:
     print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
