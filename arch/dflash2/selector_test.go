@@ -239,46 +239,64 @@ func argmax(v []float64) int {
 	return best
 }
 
-// The fused greedy walk (SelectGreedy, one CPU node) takes the tiny
-// lattice's greedy path with one-hot rows, and reports each position's
-// largest probability at temperature 1 given the chosen predecessor, as
-// worked out on the host.
+// Both greedy walks of SelectGreedy — the fused one (one CPU node) and the
+// picks from the whole lattice (any device) — take the tiny lattice's
+// greedy path with one-hot rows, and report each position's largest
+// probability at temperature 1 given the chosen predecessor, as worked out
+// on the host.
 func TestSelectGreedyOnTheHost(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
-		if mlx.CurrentDevice() != mlx.CPU {
-			t.Skip("the fused walk is a CPU kernel")
-		}
 		sel := tinySelector()
 		hidden, logits, anchor := sel.tinyInputs()
-		tokens, ids, probs, conf, ok := sel.walkGreedy(hidden, logits, anchor)
-		if !ok {
-			t.Fatalf("the CPU kernel did not serve a float32 selector")
+		walks := map[string]func() (tokens, ids, probs, conf *mlx.Array, ok bool){
+			"fused": func() (tokens, ids, probs, conf *mlx.Array, ok bool) {
+				if mlx.CurrentDevice() != mlx.CPU {
+					t.Logf("the fused walk is a CPU kernel: not checked on this device")
+					return nil, nil, nil, nil, false
+				}
+				tokens, ids, probs, conf, ok = sel.walkGreedy(hidden, logits, anchor)
+				if !ok {
+					t.Fatalf("the CPU kernel did not serve a float32 selector")
+				}
+				return tokens, ids, probs, conf, ok
+			},
+			"lattice": func() (tokens, ids, probs, conf *mlx.Array, ok bool) {
+				tokens, ids, probs, conf = sel.walkGreedyLattice(hidden, logits, anchor)
+				return tokens, ids, probs, conf, true
+			},
 		}
 		g := hostGreedyPath()
 		ids0, ids1, p0, p1, j0, j1 := g.ids[0], g.ids[1], g.probs[0], g.probs[1], g.pick[0], g.pick[1]
-		if got, want := t.Int32s(tokens), []int32{ids0[j0], ids1[j1]}; !slices.Equal(got, want) {
-			t.Errorf("greedy path %v, want %v", got, want)
-		}
-		if got, want := t.Int32s(ids), append(slices.Clone(ids0), ids1...); !slices.Equal(got, want) {
-			t.Errorf("candidates %v, want %v", got, want)
-		}
-		want := make([]float32, 6)
-		want[j0], want[3+j1] = 1, 1
-		if got := t.Float32s(probs); !slices.Equal(got, want) {
-			t.Errorf("probs %v, want %v", got, want)
-		}
-		c := t.Float32s(conf)
-		for p, w := range []float64{p0[j0], p1[j1]} {
-			if math.Abs(float64(c[p])-w) > 1e-6 {
-				t.Errorf("confidence %v, want [%.6f %.6f]", c, p0[j0], p1[j1])
+		for name, walk := range walks {
+			tokens, ids, probs, conf, ok := walk()
+			if !ok {
+				continue
+			}
+			if got, want := t.Int32s(tokens), []int32{ids0[j0], ids1[j1]}; !slices.Equal(got, want) {
+				t.Errorf("%s: greedy path %v, want %v", name, got, want)
+			}
+			if got, want := t.Int32s(ids), append(slices.Clone(ids0), ids1...); !slices.Equal(got, want) {
+				t.Errorf("%s: candidates %v, want %v", name, got, want)
+			}
+			want := make([]float32, 6)
+			want[j0], want[3+j1] = 1, 1
+			if got := t.Float32s(probs); !slices.Equal(got, want) {
+				t.Errorf("%s: probs %v, want %v", name, got, want)
+			}
+			c := t.Float32s(conf)
+			for p, w := range []float64{p0[j0], p1[j1]} {
+				if math.Abs(float64(c[p])-w) > 1e-6 {
+					t.Errorf("%s: confidence %v, want [%.6f %.6f]", name, c, p0[j0], p1[j1])
+				}
 			}
 		}
 	})
 }
 
 // At go-tiny's selector shapes (7 positions, K 16, R 64, V 8192) with
-// random weights, the fused walk chooses the composed greedy walk's tokens
-// with the same one-hot rows, over several blocks and anchors.
+// random weights, the fused walk and the lattice walk choose the composed
+// greedy walk's tokens with the same one-hot rows, over several blocks and
+// anchors.
 func TestSelectGreedyEqualsWalk(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		if mlx.CurrentDevice() != mlx.CPU {
@@ -310,6 +328,13 @@ func TestSelectGreedyEqualsWalk(t *testing.T) {
 			}
 			if !slices.Equal(t.Int32s(ids), t.Int32s(wi)) || !slices.Equal(t.Float32s(probs), t.Float32s(wp)) {
 				t.Fatalf("block %d: candidates or one-hot rows differ", block)
+			}
+			lt, li, lp, _ := sel.walkGreedyLattice(hidden, logits, anchor)
+			if got, want := t.Int32s(lt), t.Int32s(wt); !slices.Equal(got, want) {
+				t.Fatalf("block %d: lattice walk %v, composed walk %v", block, got, want)
+			}
+			if !slices.Equal(t.Int32s(li), t.Int32s(wi)) || !slices.Equal(t.Float32s(lp), t.Float32s(wp)) {
+				t.Fatalf("block %d: the lattice walk's candidates or one-hot rows differ", block)
 			}
 		}
 	})
