@@ -28,6 +28,7 @@
 #              SPECULA_PIPELINE; SPECULA_SEGMENTS compares the compiled
 #              segments with the layer-by-layer graph)
 #   DEPTH      the oracle's depth (default 7)
+#   WARMUP     0 skips the short untimed bench of each mode before the runs
 #   BANDWIDTH  bytes/s of the memory (default: the GPU's, from its name, see
 #              scripts/gpu-bandwidth.sh; none for a GPU it does not know): the
 #              table's "bw %" is tok/s × weight bytes / BANDWIDTH
@@ -61,6 +62,20 @@ mkdir -p "$out"
 python="$(command -v python3 || command -v python)"
 "$specula" --version >&2 || true
 
+# run_mode P ARGS...: specula in mode P — 1 the switch on (or binary A), 0
+# off (or binary B).
+run_mode() {
+  local p="$1"
+  shift
+  if [ "$vary" != binary ]; then
+    env "$vary=$p" "$specula" "$@"
+  elif [ "$p" = 1 ]; then
+    "$specula" "$@"
+  else
+    "$specula_b" "$@"
+  fi
+}
+
 for shape in "${shapes[@]}"; do
   dir="$out/$shape-$dtype-$layers"
   if [ ! -f "$dir/manifest.toml" ]; then
@@ -78,19 +93,23 @@ v = v.get("text_config", v)["vocab_size"]
 r = random.Random(20261204)
 (d / "prompts.jsonl").write_text("".join(json.dumps([r.randrange(v) for _ in range(n)]) + "\n" for n in (16, 32, 64)))
 PY
+  # A short untimed bench of each mode first: the first bench after the
+  # checkpoint was written ran slower in every phase (the host still busy
+  # flushing it; 2026-12-06), and with two runs a mode's median is their mean.
+  if [ "${WARMUP:-1}" != 0 ]; then
+    for p in 1 0; do
+      echo "bench-gpu-split: $shape, $vary=$p, warm-up" >&2
+      run_mode "$p" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
+        --max-tokens 8 --repeats 1 --oracle --depths "$depth" --json --quiet > /dev/null
+    done
+  fi
   for ((k = 1; k <= alternate; k++)); do
     # Alternate which mode goes first, so drift weighs on both.
     modes=(1 0)
     [ $((k % 2)) -eq 0 ] && modes=(0 1)
     for p in "${modes[@]}"; do
       echo "bench-gpu-split: $shape, $vary=$p, run $k/$alternate" >&2
-      # Mode 1 is the switch on (or binary A), mode 0 off (or binary B).
-      run=(env "$vary=$p" "$specula")
-      if [ "$vary" = binary ]; then
-        run=("$specula")
-        [ "$p" = 0 ] && run=("$specula_b")
-      fi
-      "${run[@]}" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
+      run_mode "$p" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
         --max-tokens "$tokens" --repeats "$repeats" --oracle --depths "$depth" \
         --split --json --quiet > "$dir/bench-$vary$p-run$k.json"
     done
@@ -109,7 +128,7 @@ med = statistics.median
 print(f"random Qwen3.5 shapes, {dtype}, layers {'as released' if layers == '0' else layers}; ms are means per step/round after the first token,")
 print("medians over the alternated runs; build = host graph building and token handling, sub = MLX submitting (encoding) kernels, wait = blocked on the device;")
 print("differ = oracle runs whose output was not plain decoding's, of those compared (exactness: 0)")
-head = ("shape", vary, "plain tok/s", "bw %", "step ms", "build/sub/wait", "oracle round ms", "build/sub/wait", "round/step", "accept len", "oracle tok/s", "differ")
+head = ("shape", vary, "plain tok/s", "bw %", "step ms", "build/sub/wait", "oracle round ms", "build/sub/wait", "round/step", "accept len", "oracle tok/s", "differ", "step / round ms per run")
 rows = [head]
 for shape in shapes:
     d = out / f"{shape}-{dtype}-{layers}"
@@ -133,8 +152,13 @@ for shape in shapes:
         # Oracle runs whose output was not plain decoding's, of those checked.
         checks = [r["oracle"][0].get("matches_plain") or {} for r in runs]
         differ = f"{sum(c.get('differing', 0) for c in checks)}/{sum(c.get('runs', 0) for c in checks)}"
+        # Each run's step and round, in run order: with two runs a median is
+        # their mean, and one disturbed run moves it (a busy host after the
+        # checkpoint was written); this column shows it.
+        per_run = " ".join(f"{r['plain'].get('host_device', {}).get('round_ms', float('nan')):.2f}/"
+                           f"{r['oracle'][0].get('host_device', {}).get('round_ms', float('nan')):.2f}" for r in runs)
         rows.append((shape, mode, f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes and bw else "-",
-                     f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}", differ))
+                     f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}", differ, per_run))
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:
     print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
