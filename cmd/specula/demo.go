@@ -436,11 +436,41 @@ func printGoTinyDemo(e *env, family, text string, tokens, repeats int, identical
 		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\n", r.Mode, r.TokensPerSecond.Median, speed, acc, pos)
 	}
 	tw.Flush()
+	if notes := slowerThanPlain(results); len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintln(w, n)
+		}
+		fmt.Fprintln(w, "At go-tiny's size a round is mostly fixed work (on a GPU, the host building and")
+		fmt.Fprintln(w, "submitting the draft's and the verification's kernels), which the longer steps of a")
+		fmt.Fprintln(w, "larger target would hide; the README says more (\"Be warned what it shows today\").")
+	}
 	fmt.Fprintln(w, "\nMean acceptance length counts the tokens each verification commits (the bonus token")
 	fmt.Fprintln(w, "included). Acceptance by position is the share of each position's verified drafts that")
 	fmt.Fprintln(w, "were accepted (on the CPU a round verifies only the drafts the draft is sure enough of:")
 	fmt.Fprintln(w, "[speculation] confidence_floor). `specula bench` measures more prompts")
 	fmt.Fprintln(w, "(scripts/bench-go-tiny.sh).")
+}
+
+// slowerThanPlain says, for each drafting mode of results (results[0] is
+// plain decoding) whose speedup's 95 % interval lies below 1, what a round
+// cost against a plain step and what it committed: the why of a slowdown,
+// which the table alone leaves to the reader.
+func slowerThanPlain(results []modeResult) []string {
+	if len(results) == 0 {
+		return nil
+	}
+	step := results[0].RoundMS.Median
+	var notes []string
+	for _, r := range results[1:] {
+		sp := r.SpeedupSpread
+		if sp == nil || sp.CIHigh >= 1 || step <= 0 || r.RoundMS.Median <= 0 {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s ran slower than plain decoding here: a round (drafting and verifying) took %.1f plain steps (%.2f against %.2f ms) and committed %.2f tokens.",
+			r.Mode, r.RoundMS.Median/step, r.RoundMS.Median, step, r.MeanAcceptanceLength))
+	}
+	return notes
 }
 
 // indent prefixes every line of s with four spaces and ends it with a
