@@ -178,8 +178,9 @@ type Response struct {
 	DecodeTime time.Duration
 	// DecodeEval is the part of DecodeTime spent inside MLX's evaluation,
 	// split into submitting graphs and waiting for the device (see
-	// mlx.EvalTimes); zero unless mlx.SetEvalTiming is on. The rest of
-	// DecodeTime is the host building graphs and handling tokens.
+	// mlx.EvalTimes); zero unless mlx.SetEvalTiming is on (its Nodes,
+	// unless mlx.SetNodeCounting is). The rest of DecodeTime is the host
+	// building graphs and handling tokens.
 	DecodeEval mlx.EvalTimes
 	// Total is the wall time of the call.
 	Total time.Duration

@@ -390,6 +390,7 @@ func (a *Array) Bytes() ([]byte, error) {
 	}
 	// Reading evaluates a first.
 	hs := []C.spx_array{a.c}
+	countPending(hs)
 	submit := func() error { return submitHandles(hs, true) }
 	read := func() error { return withJITLock(func() error { return status(C.spx_array_read(p, n, a.c)) }) }
 	if err := timedSync(submit, read); err != nil {
@@ -505,6 +506,7 @@ func eval(async bool, arrays []*Array) error {
 		return nil
 	}
 	if async {
+		countPending(hs)
 		return timedSubmit(func() error { return submitHandles(hs, false) })
 	}
 	return syncHandles(hs)
@@ -512,6 +514,7 @@ func eval(async bool, arrays []*Array) error {
 
 // syncHandles evaluates hs and waits for them (timed by timedSync).
 func syncHandles(hs []C.spx_array) error {
+	countPending(hs)
 	return timedSync(func() error { return submitHandles(hs, true) }, func() error {
 		return withJITLock(func() error { return status(C.spx_eval(&hs[0], C.size_t(len(hs)))) })
 	})

@@ -1,5 +1,10 @@
 package mlx
 
+/*
+#include "shim/shim.h"
+*/
+import "C"
+
 import (
 	"sync/atomic"
 	"time"
@@ -21,11 +26,17 @@ type EvalTimes struct {
 	Wait time.Duration
 	// Syncs counts the blocking evaluations and reads.
 	Syncs int64
+	// Nodes counts the graph nodes handed to MLX's evaluation (each
+	// primitive's outputs once; views included, though they launch
+	// nothing) while SetNodeCounting is on, and stays 0 otherwise. On a GPU
+	// each node costs the host its submission, so this is what a change
+	// that builds fewer nodes moves, and it is the same on the CPU.
+	Nodes int64
 }
 
 // Sub returns t − u, the times spent between two readings.
 func (t EvalTimes) Sub(u EvalTimes) EvalTimes {
-	return EvalTimes{Submit: t.Submit - u.Submit, Wait: t.Wait - u.Wait, Syncs: t.Syncs - u.Syncs}
+	return EvalTimes{Submit: t.Submit - u.Submit, Wait: t.Wait - u.Wait, Syncs: t.Syncs - u.Syncs, Nodes: t.Nodes - u.Nodes}
 }
 
 // evalTiming is off unless SetEvalTiming turned it on: the split costs one
@@ -33,7 +44,31 @@ func (t EvalTimes) Sub(u EvalTimes) EvalTimes {
 var (
 	evalTiming                     atomic.Bool
 	submitNanos, waitNanos, syncsN atomic.Int64
+	nodeCounting                   atomic.Bool
+	nodesN                         atomic.Int64
 )
+
+// SetNodeCounting turns the count of evaluated graph nodes (EvalTimes.Nodes)
+// on or off and returns the previous setting. While on, every evaluation
+// and read first walks the graph it hands over, which costs the host time:
+// time a run without it.
+func SetNodeCounting(on bool) bool { return nodeCounting.Swap(on) }
+
+// countPending adds the pending nodes behind hs to Nodes while counting is
+// on. The submitter thread (submit.go) is drained first: it may be
+// evaluating, and so detaching, a graph that hs reach.
+func countPending(hs []C.spx_array) {
+	if !nodeCounting.Load() || len(hs) == 0 {
+		return
+	}
+	if sub != nil {
+		_ = sub.drain()
+	}
+	var n C.int64_t
+	if err := status(C.spx_graph_count(&n, &hs[0], C.size_t(len(hs)))); err == nil {
+		nodesN.Add(int64(n))
+	}
+}
 
 // SetEvalTiming turns the host/device split of evaluation time on or off and
 // returns the previous setting. While on, every blocking evaluation (Eval,
@@ -45,10 +80,10 @@ func SetEvalTiming(on bool) bool { return evalTiming.Swap(on) }
 // EvalTimingOn reports whether SetEvalTiming turned the split on.
 func EvalTimingOn() bool { return evalTiming.Load() }
 
-// EvalTiming returns the times accumulated since the process started while
-// timing was on. Take two readings and Sub them to time a stretch of work.
+// EvalTiming returns the times (and node counts) accumulated since the
+// process started while timing (counting) was on. Take two readings and Sub them to time a stretch of work.
 func EvalTiming() EvalTimes {
-	return EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load()}
+	return EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load(), Nodes: nodesN.Load()}
 }
 
 // timedSubmit runs an async submission, adding its time to Submit when

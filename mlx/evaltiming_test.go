@@ -66,3 +66,43 @@ func identity(n int) []float32 {
 	}
 	return v
 }
+
+// While counting is on, each evaluation adds the nodes it hands to MLX —
+// here counted by hand: (x + x) · x − x is three nodes (x itself is data)
+// — once: a read of arrays already submitted adds nothing, nor does a
+// second evaluation. Off, nothing is counted.
+func TestNodeCountingCountsEachNodeOnce(t *testing.T) {
+	mlxtest.Run(t, func(t *mlxtest.T) {
+		defer mlx.SetNodeCounting(mlx.SetNodeCounting(true))
+		x := mlx.FromFloat32s([]float32{1, 2, 3}, 3)
+		t.Eval(x)
+		nodes := func() int64 { return mlx.EvalTiming().Nodes }
+		at := nodes()
+		c := mlx.Subtract(mlx.Multiply(mlx.Add(x, x), x), x)
+		t.Eval(c)
+		if got := nodes() - at; got != 3 {
+			t.Fatalf("evaluating three ops counted %d nodes", got)
+		}
+		at = nodes()
+		e := mlx.Add(mlx.Add(c, x), x)
+		if err := mlx.AsyncEval(e); err != nil {
+			t.Fatal(err)
+		}
+		if got := nodes() - at; got != 2 {
+			t.Fatalf("submitting two ops counted %d nodes", got)
+		}
+		if got := t.Float32s(e); !slices.Equal(got, []float32{3, 10, 21}) {
+			t.Fatalf("e = %v, want [3 10 21] (2x² − x + 2x)", got)
+		}
+		t.Eval(e)
+		if got := nodes() - at; got != 2 {
+			t.Fatalf("reading and evaluating submitted arrays counted %d more nodes", got-2)
+		}
+		mlx.SetNodeCounting(false)
+		at = nodes()
+		t.Eval(mlx.Add(e, x))
+		if got := nodes() - at; got != 0 {
+			t.Fatalf("with counting off, %d nodes were counted", got)
+		}
+	})
+}

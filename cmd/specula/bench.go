@@ -50,6 +50,7 @@ func runBench(e *env, args []string) int {
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the measured runs to `file` (host-side time)")
 	split := fs.Bool("split", false, "also split each step and round into host graph building, MLX submission and waiting for the device, and a drafting round's host time by phase (costs one more MLX call per blocking evaluation)")
+	nodes := fs.Bool("nodes", false, "also count the graph nodes each step and round hands to MLX (every evaluation first walks its graph, which costs host time: time in a run without it)")
 	rest, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -101,6 +102,9 @@ func runBench(e *env, args []string) int {
 	}
 	if *split {
 		defer mlx.SetEvalTiming(mlx.SetEvalTiming(true))
+	}
+	if *nodes {
+		defer mlx.SetNodeCounting(mlx.SetNodeCounting(true))
 	}
 	ctx := e.ctx
 	var bar *progressBar
@@ -361,12 +365,15 @@ func spreadOf(v []float64) spread {
 
 // modeResult is one mode's measurements.
 type modeResult struct {
-	Mode                 string    `json:"mode"`
-	Depth                int       `json:"depth,omitempty"`
-	Runs                 int       `json:"runs"`
-	TokensPerSecond      spread    `json:"tokens_per_second"`
-	FirstTokenMS         spread    `json:"first_token_ms"`
-	RoundMS              spread    `json:"round_ms"`
+	Mode            string `json:"mode"`
+	Depth           int    `json:"depth,omitempty"`
+	Runs            int    `json:"runs"`
+	TokensPerSecond spread `json:"tokens_per_second"`
+	FirstTokenMS    spread `json:"first_token_ms"`
+	RoundMS         spread `json:"round_ms"`
+	// NodesPerRound is the mean number of graph nodes a step or round after
+	// the first token handed to MLX (--nodes; mlx.EvalTimes.Nodes).
+	NodesPerRound        float64   `json:"nodes_per_round,omitempty"`
 	Speedup              float64   `json:"speedup_over_plain,omitempty"`
 	SpeedupSpread        *speedup  `json:"speedup,omitempty"`
 	IdealSpeedup         float64   `json:"ideal_speedup,omitempty"`
@@ -544,6 +551,7 @@ func (m *benchMode) add(resp *engine.Response) {
 		m.splitEval.Submit += resp.DecodeEval.Submit
 		m.splitEval.Wait += resp.DecodeEval.Wait
 		m.splitEval.Syncs += resp.DecodeEval.Syncs
+		m.splitEval.Nodes += resp.DecodeEval.Nodes
 	}
 	m.stats.Add(&resp.Stats)
 	m.outputs = append(m.outputs, resp.IDs)
@@ -559,6 +567,9 @@ func (m *benchMode) add(resp *engine.Response) {
 func (m *benchMode) result() modeResult {
 	res := modeResult{Mode: m.name, Depth: m.depth, Runs: len(m.tps)}
 	res.TokensPerSecond, res.FirstTokenMS, res.RoundMS = spreadOf(m.tps), spreadOf(m.ttft), spreadOf(m.round)
+	if m.splitRounds > 0 && m.splitEval.Nodes > 0 {
+		res.NodesPerRound = float64(m.splitEval.Nodes) / float64(m.splitRounds)
+	}
 	if m.splitRounds > 0 && m.splitEval.Syncs > 0 {
 		n := float64(m.splitRounds)
 		hd := &hostDeviceSplit{Rounds: m.splitRounds, RoundMS: ms(m.splitWall) / n, SubmitMS: ms(m.splitEval.Submit) / n, WaitMS: ms(m.splitEval.Wait) / n}
@@ -764,6 +775,7 @@ func printBench(w io.Writer, r *benchResult) {
 	}
 	printLoopSplit(w, r)
 	printChained(w, rows)
+	printNodes(w, rows)
 	printHostDevice(w, rows)
 	printOutputChecks(w, rows)
 }
@@ -804,6 +816,19 @@ func printOutputChecks(w io.Writer, rows []modeResult) {
 			"reorder two nearly tied tokens (docs/PERFORMANCE.md, \"Exactness in bfloat16\"); run in float32 for exact output.")
 	case checked > 0:
 		fmt.Fprintf(w, "\ngreedy outputs: every drafting run equals plain decoding (%d runs)\n", checked)
+	}
+}
+
+// printNodes prints each mode's graph nodes per step or round (--nodes).
+func printNodes(w io.Writer, rows []modeResult) {
+	var parts []string
+	for _, m := range rows {
+		if m.NodesPerRound > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", m.Mode, m.NodesPerRound))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "\ngraph nodes handed to MLX per step or round after the first token (mean): %s\n", strings.Join(parts, ", "))
 	}
 }
 

@@ -376,6 +376,37 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 	}
 }
 
+// bench --nodes reports the graph nodes each mode hands to MLX per step or
+// round after the first token (counted exactly by mlx's own test): a
+// drafting round, which runs the draft and verifies several rows, hands over
+// more than a plain step; without --nodes nothing is counted.
+func TestE2EBenchNodes(t *testing.T) {
+	m := fixtureManifest(t, "dflash-tiny")
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--json", "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var out struct {
+		Plain, Speculative struct {
+			Nodes float64 `json:"nodes_per_round"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if out.Plain.Nodes < 1 || out.Speculative.Nodes <= out.Plain.Nodes {
+		t.Errorf("nodes per round: plain %v, speculative %v; want a plain step's nodes, and more in a drafting round", out.Plain.Nodes, out.Speculative.Nodes)
+	}
+	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--quiet")
+	if code != 0 || !strings.Contains(stdout, "graph nodes handed to MLX per step or round") {
+		t.Errorf("text output with --nodes: exit %d, %s %s", code, stdout, stderr)
+	}
+	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--no-draft", "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--json", "--quiet")
+	if code != 0 || strings.Contains(stdout, "nodes_per_round") {
+		t.Errorf("without --nodes: exit %d, %s %s", code, stdout, stderr)
+	}
+}
+
 // bench --oracle drafts the target's own greedy continuation at each depth:
 // every draft verified is accepted and the output equals plain decoding.
 // The oracle needs no draft model, so --no-draft (which only skips loading

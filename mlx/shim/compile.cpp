@@ -118,12 +118,13 @@ void spx_compiled_free(spx_closure f) {
 
 // ---- graph statistics ------------------------------------------------------
 
-extern "C" int spx_graph_ops(char** out, const spx_array* outputs, size_t n) {
-  SPX_TRY
-  // Count the pending (unevaluated) nodes reachable from outputs by
-  // primitive name; siblings (the outputs of one multi-output primitive)
-  // are one node.
-  std::map<std::string, int> counts;
+namespace {
+
+// for_each_pending calls visit once for each pending (unevaluated) node
+// reachable from outputs: the nodes the next evaluation will run. Siblings
+// (the outputs of one multi-output primitive) are one node.
+template <typename Visit>
+void for_each_pending(const spx_array* outputs, size_t n, Visit visit) {
   std::unordered_set<std::uintptr_t> seen;
   std::vector<mx::array> stack;
   for (size_t i = 0; i < n; i++) {
@@ -141,16 +142,32 @@ extern "C" int spx_graph_ops(char** out, const spx_array* outputs, size_t n) {
     for (const auto& s : a.siblings()) {
       seen.insert(s.id());
     }
-    counts[a.primitive().name()]++;
+    visit(a);
     for (const auto& in : a.inputs()) {
       stack.push_back(in);
     }
   }
+}
+
+}  // namespace
+
+extern "C" int spx_graph_ops(char** out, const spx_array* outputs, size_t n) {
+  SPX_TRY
+  std::map<std::string, int> counts;
+  for_each_pending(outputs, n, [&](const mx::array& a) { counts[a.primitive().name()]++; });
   std::string text;
   for (const auto& [name, count] : counts) {
     text += name + " " + std::to_string(count) + "\n";
   }
   *out = static_cast<char*>(std::malloc(text.size() + 1));
   std::memcpy(*out, text.c_str(), text.size() + 1);
+  SPX_CATCH
+}
+
+extern "C" int spx_graph_count(int64_t* out, const spx_array* outputs, size_t n) {
+  SPX_TRY
+  int64_t count = 0;
+  for_each_pending(outputs, n, [&](const mx::array&) { count++; });
+  *out = count;
   SPX_CATCH
 }
