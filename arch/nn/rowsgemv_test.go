@@ -114,7 +114,7 @@ func BenchmarkRowsGEMV(b *testing.B) {
 								next++
 								if strings.HasPrefix(impl, "mlx") {
 									outs[i] = mlx.Linear(x, w)
-								} else if outs[i] = rowsGEMVAny(x, w); outs[i] == nil {
+								} else if outs[i] = rowsGEMV(x, w); outs[i] == nil {
 									b.Fatal("the kernel did not run")
 								}
 							}
@@ -238,13 +238,4 @@ func TestRowsGEMVF32MatchesAndIsRowStable(t *testing.T) {
 			}
 		}
 	})
-}
-
-// rowsGEMVAny is the few-row kernel of x's dtype, whether or not Linear
-// would send it there.
-func rowsGEMVAny(x, w *mlx.Array) *mlx.Array {
-	if x.DType() == mlx.Float32 {
-		return rowsGEMVF32(x, w)
-	}
-	return rowsGEMV(x, w)
 }
