@@ -39,6 +39,11 @@ func (t EvalTimes) Sub(u EvalTimes) EvalTimes {
 	return EvalTimes{Submit: t.Submit - u.Submit, Wait: t.Wait - u.Wait, Syncs: t.Syncs - u.Syncs, Nodes: t.Nodes - u.Nodes}
 }
 
+// Add returns t + u, the times of two stretches of work together.
+func (t EvalTimes) Add(u EvalTimes) EvalTimes {
+	return EvalTimes{Submit: t.Submit + u.Submit, Wait: t.Wait + u.Wait, Syncs: t.Syncs + u.Syncs, Nodes: t.Nodes + u.Nodes}
+}
+
 // evalTiming is off unless SetEvalTiming turned it on: the split costs one
 // more cgo call per blocking evaluation (an async_eval before the wait).
 var (
@@ -81,7 +86,8 @@ func SetEvalTiming(on bool) bool { return evalTiming.Swap(on) }
 func EvalTimingOn() bool { return evalTiming.Load() }
 
 // EvalTiming returns the times (and node counts) accumulated since the
-// process started while timing (counting) was on. Take two readings and Sub them to time a stretch of work.
+// process started while timing (counting) was on. Take two readings and Sub
+// them to time a stretch of work.
 func EvalTiming() EvalTimes {
 	return EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load(), Nodes: nodesN.Load()}
 }

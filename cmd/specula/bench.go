@@ -365,15 +365,12 @@ func spreadOf(v []float64) spread {
 
 // modeResult is one mode's measurements.
 type modeResult struct {
-	Mode            string `json:"mode"`
-	Depth           int    `json:"depth,omitempty"`
-	Runs            int    `json:"runs"`
-	TokensPerSecond spread `json:"tokens_per_second"`
-	FirstTokenMS    spread `json:"first_token_ms"`
-	RoundMS         spread `json:"round_ms"`
-	// NodesPerRound is the mean number of graph nodes a step or round after
-	// the first token handed to MLX (--nodes; mlx.EvalTimes.Nodes).
-	NodesPerRound        float64   `json:"nodes_per_round,omitempty"`
+	Mode                 string    `json:"mode"`
+	Depth                int       `json:"depth,omitempty"`
+	Runs                 int       `json:"runs"`
+	TokensPerSecond      spread    `json:"tokens_per_second"`
+	FirstTokenMS         spread    `json:"first_token_ms"`
+	RoundMS              spread    `json:"round_ms"`
 	Speedup              float64   `json:"speedup_over_plain,omitempty"`
 	SpeedupSpread        *speedup  `json:"speedup,omitempty"`
 	IdealSpeedup         float64   `json:"ideal_speedup,omitempty"`
@@ -398,6 +395,9 @@ type modeResult struct {
 	// HostDevice splits the mode's rounds between host and device (with
 	// --split).
 	HostDevice *hostDeviceSplit `json:"host_device,omitempty"`
+	// NodesPerRound is the mean number of graph nodes a step or round after
+	// the first token handed to MLX (--nodes; mlx.EvalTimes.Nodes).
+	NodesPerRound float64 `json:"nodes_per_round,omitempty"`
 	// MatchesPlain compares each greedy run's output with the plain run of
 	// the same prompt and repeat (drafting modes of a greedy bench only).
 	MatchesPlain *outputCheck `json:"matches_plain,omitempty"`
@@ -548,10 +548,7 @@ func (m *benchMode) add(resp *engine.Response) {
 		m.round = append(m.round, ms(resp.DecodeTime)/float64(rounds-1))
 		m.splitRounds += rounds - 1
 		m.splitWall += resp.DecodeTime
-		m.splitEval.Submit += resp.DecodeEval.Submit
-		m.splitEval.Wait += resp.DecodeEval.Wait
-		m.splitEval.Syncs += resp.DecodeEval.Syncs
-		m.splitEval.Nodes += resp.DecodeEval.Nodes
+		m.splitEval = m.splitEval.Add(resp.DecodeEval)
 	}
 	m.stats.Add(&resp.Stats)
 	m.outputs = append(m.outputs, resp.IDs)
