@@ -237,15 +237,21 @@ for wheel in sorted(glob.glob(os.path.join(src, "nvidia_*.whl"))):
 PY
 }
 
+# is_unpacked WANTED DIR [STAMP]: DIR's stamp file (default .specula-wheels)
+# names exactly the wheels WANTED pins.
+is_unpacked() {
+  [ "$(cat "$2/${3:-.specula-wheels}" 2>/dev/null)" = "$1" ]
+}
+
 # fetch_cuda_wheels downloads the pinned nvidia-* wheels (pip checks their
 # sha256) and unpacks their nvidia/ trees into .deps/nvidia. The wheels are
 # deleted once unpacked: they are 2 GB, and the stamp in .deps/nvidia says
 # what is there.
 fetch_cuda_wheels() {
-  local nv="$deps/nvidia" nstamp="$deps/nvidia/.specula-wheels"
+  local nv="$deps/nvidia"
   local wanted
   wanted="$(printf '%s\n' "$CUDA_WHEELS" | sed '/^$/d')"
-  if [ -d "$nv" ] && [ ! -L "$nv" ] && [ -f "$nstamp" ] && [ "$(cat "$nstamp")" = "$wanted" ]; then
+  if [ ! -L "$nv" ] && is_unpacked "$wanted" "$nv"; then
     return 0
   fi
   changed=1
@@ -280,7 +286,7 @@ fetch_cuda_wheels() {
 unpack_pinned() {
   local wanted="$1" dir="$2" stamp="${3:-.specula-wheels}"
   local dl="$deps/wheels/$(basename "$dir")"
-  if [ "$(cat "$dir/$stamp" 2>/dev/null)" = "$wanted" ]; then
+  if is_unpacked "$wanted" "$dir" "$stamp"; then
     return 0
   fi
   mkdir -p "$dl"
@@ -314,7 +320,7 @@ fetch_nvrtc() {
   wanted="$(printf '%s\n' "$CUDA_WHEELS" | grep -E '^nvidia-cuda-(nvrtc|runtime|crt)==')"
   # A stamp whose library was deleted since is no stamp.
   [ -f "$dir/cu13/lib/libnvrtc.so.13" ] || rm -f "$dir/.specula-wheels"
-  if [ "$(cat "$dir/.specula-wheels" 2>/dev/null)" = "$wanted" ]; then
+  if is_unpacked "$wanted" "$dir"; then
     return 0
   fi
   if [ -z "$python" ]; then
