@@ -138,10 +138,13 @@ for shape in shapes:
         runs = [json.loads(f.read_text()) for f in sorted(d.glob(f"bench-{vary}{p}-run*.json"))]
         if not runs:
             continue
-        def hd(m, key):
-            # No split when a run had no round after its first token.
+        def per_run(m, key):
+            # Each run's value, NaN where a run had no round after its
+            # first token (no split).
             v = [(r[m] if m == "plain" else r["oracle"][0]).get("host_device", {}).get(key) for r in runs]
-            v = [x for x in v if x is not None]
+            return [float("nan") if x is None else x for x in v]
+        def hd(m, key):
+            v = [x for x in per_run(m, key) if x == x]
             return med(v) if v else float("nan")
         tps = med([r["plain"]["tokens_per_second"]["median"] for r in runs])
         otps = med([r["oracle"][0]["tokens_per_second"]["median"] for r in runs])
@@ -155,10 +158,9 @@ for shape in shapes:
         # Each run's step and round, in run order: with two runs a median is
         # their mean, and one disturbed run moves it (a busy host after the
         # checkpoint was written); this column shows it.
-        per_run = " ".join(f"{r['plain'].get('host_device', {}).get('round_ms', float('nan')):.2f}/"
-                           f"{r['oracle'][0].get('host_device', {}).get('round_ms', float('nan')):.2f}" for r in runs)
+        runs_ms = " ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(per_run("plain", "round_ms"), per_run("oracle", "round_ms")))
         rows.append((shape, mode, f"{tps:.1f}", f"{100 * tps * wbytes / bw:.1f}" if wbytes and bw else "-",
-                     f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}", differ, per_run))
+                     f"{step:.2f}", split("plain"), f"{rnd:.2f}", split("oracle"), f"{rnd / step:.2f}" if step > 0 else "-", f"{acc:.2f}", f"{otps:.1f}", differ, runs_ms))
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for r in rows:
     print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
