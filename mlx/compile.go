@@ -253,6 +253,20 @@ func GraphOps(arrays ...*Array) (map[string]int, error) {
 	if !ok {
 		return nil, ErrEmpty
 	}
+	ops, err := pendingOps(hs)
+	if err != nil {
+		return nil, err
+	}
+	counts := make(map[string]int, len(ops))
+	for name, n := range ops {
+		counts[name] = int(n)
+	}
+	return counts, nil
+}
+
+// pendingOps counts the pending nodes behind hs by primitive name (GraphOps,
+// and the node counting of EvalTimes).
+func pendingOps(hs []C.spx_array) (map[string]int64, error) {
 	var text *C.char
 	var in *C.spx_array
 	if len(hs) > 0 {
@@ -262,15 +276,15 @@ func GraphOps(arrays ...*Array) (map[string]int, error) {
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(text))
-	counts := map[string]int{}
+	counts := map[string]int64{}
 	for _, line := range strings.Split(strings.TrimSpace(C.GoString(text)), "\n") {
 		name, n, ok := strings.Cut(line, " ")
 		if !ok {
 			continue
 		}
-		v, err := strconv.Atoi(n)
+		v, err := strconv.ParseInt(n, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("mlx: GraphOps: bad line %q", line)
+			return nil, fmt.Errorf("mlx: graph ops: bad line %q", line)
 		}
 		counts[name] = v
 	}

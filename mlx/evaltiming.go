@@ -6,6 +6,8 @@ package mlx
 import "C"
 
 import (
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -32,16 +34,40 @@ type EvalTimes struct {
 	// each node costs the host its submission, so this is what a change
 	// that builds fewer nodes moves, and it is the same on the CPU.
 	Nodes int64
+	// Ops splits Nodes by MLX primitive name ("Add", "CustomKernel", a
+	// compiled chain's "Compiled…", views such as "Reshape"), so two
+	// workloads' node counts can be compared kind by kind. Nil unless
+	// SetNodeCounting is on; readings share no map with one another.
+	Ops map[string]int64
 }
 
 // Sub returns t − u, the times spent between two readings.
 func (t EvalTimes) Sub(u EvalTimes) EvalTimes {
-	return EvalTimes{Submit: t.Submit - u.Submit, Wait: t.Wait - u.Wait, Syncs: t.Syncs - u.Syncs, Nodes: t.Nodes - u.Nodes}
+	return EvalTimes{Submit: t.Submit - u.Submit, Wait: t.Wait - u.Wait, Syncs: t.Syncs - u.Syncs, Nodes: t.Nodes - u.Nodes, Ops: combineOps(t.Ops, u.Ops, -1)}
 }
 
 // Add returns t + u, the times of two stretches of work together.
 func (t EvalTimes) Add(u EvalTimes) EvalTimes {
-	return EvalTimes{Submit: t.Submit + u.Submit, Wait: t.Wait + u.Wait, Syncs: t.Syncs + u.Syncs, Nodes: t.Nodes + u.Nodes}
+	return EvalTimes{Submit: t.Submit + u.Submit, Wait: t.Wait + u.Wait, Syncs: t.Syncs + u.Syncs, Nodes: t.Nodes + u.Nodes, Ops: combineOps(t.Ops, u.Ops, 1)}
+}
+
+// combineOps returns a new map of a + sign·b, leaving out the names whose
+// count is 0; nil when both are nil.
+func combineOps(a, b map[string]int64, sign int64) map[string]int64 {
+	if a == nil && b == nil {
+		return nil
+	}
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]int64{}
+	}
+	for name, n := range b {
+		out[name] += sign * n
+		if out[name] == 0 {
+			delete(out, name)
+		}
+	}
+	return out
 }
 
 // evalTiming is off unless SetEvalTiming turned it on: the split costs one
@@ -51,6 +77,10 @@ var (
 	submitNanos, waitNanos, syncsN atomic.Int64
 	nodeCounting                   atomic.Bool
 	nodesN                         atomic.Int64
+	// opsMu guards opsN, the running count of evaluated nodes by
+	// primitive name (EvalTimes.Ops).
+	opsMu sync.Mutex
+	opsN  = map[string]int64{}
 )
 
 // SetNodeCounting turns the count of evaluated graph nodes (EvalTimes.Nodes)
@@ -69,9 +99,15 @@ func countPending(hs []C.spx_array) {
 	if sub != nil {
 		_ = sub.drain()
 	}
-	var n C.int64_t
-	if err := status(C.spx_graph_count(&n, &hs[0], C.size_t(len(hs)))); err == nil {
-		nodesN.Add(int64(n))
+	ops, err := pendingOps(hs)
+	if err != nil {
+		return
+	}
+	opsMu.Lock()
+	defer opsMu.Unlock()
+	for name, n := range ops {
+		opsN[name] += n
+		nodesN.Add(n)
 	}
 }
 
@@ -89,7 +125,13 @@ func EvalTimingOn() bool { return evalTiming.Load() }
 // process started while timing (counting) was on. Take two readings and Sub
 // them to time a stretch of work.
 func EvalTiming() EvalTimes {
-	return EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load(), Nodes: nodesN.Load()}
+	t := EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load(), Nodes: nodesN.Load()}
+	opsMu.Lock()
+	if len(opsN) > 0 {
+		t.Ops = maps.Clone(opsN)
+	}
+	opsMu.Unlock()
+	return t
 }
 
 // timedSubmit runs an async submission, adding its time to Submit when

@@ -1,6 +1,7 @@
 package mlx_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -77,11 +78,17 @@ func TestNodeCountingCountsEachNodeOnce(t *testing.T) {
 		x := mlx.FromFloat32s([]float32{1, 2, 3}, 3)
 		t.Eval(x)
 		nodes := func() int64 { return mlx.EvalTiming().Nodes }
-		at := nodes()
+		at, before := nodes(), mlx.EvalTiming()
 		c := mlx.Subtract(mlx.Multiply(mlx.Add(x, x), x), x)
 		t.Eval(c)
 		if got := nodes() - at; got != 3 {
 			t.Fatalf("evaluating three ops counted %d nodes", got)
+		}
+		// The same three by name (MLX's primitive names), and Sub leaves
+		// out what the earlier reading already held (x's evaluation).
+		want := map[string]int64{"Add": 1, "Multiply": 1, "Subtract": 1}
+		if got := mlx.EvalTiming().Sub(before).Ops; !maps.Equal(got, want) {
+			t.Fatalf("ops of the three: %v, want %v", got, want)
 		}
 		at = nodes()
 		e := mlx.Add(mlx.Add(c, x), x)

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -398,6 +400,9 @@ type modeResult struct {
 	// NodesPerRound is the mean number of graph nodes a step or round after
 	// the first token handed to MLX (--nodes; mlx.EvalTimes.Nodes).
 	NodesPerRound float64 `json:"nodes_per_round,omitempty"`
+	// NodeOpsPerRound splits NodesPerRound by MLX primitive name
+	// (mlx.EvalTimes.Ops): where a round's nodes beyond a step's come from.
+	NodeOpsPerRound map[string]float64 `json:"node_ops_per_round,omitempty"`
 	// MatchesPlain compares each greedy run's output with the plain run of
 	// the same prompt and repeat (drafting modes of a greedy bench only).
 	MatchesPlain *outputCheck `json:"matches_plain,omitempty"`
@@ -566,6 +571,10 @@ func (m *benchMode) result() modeResult {
 	res.TokensPerSecond, res.FirstTokenMS, res.RoundMS = spreadOf(m.tps), spreadOf(m.ttft), spreadOf(m.round)
 	if m.splitRounds > 0 && m.splitEval.Nodes > 0 {
 		res.NodesPerRound = float64(m.splitEval.Nodes) / float64(m.splitRounds)
+		res.NodeOpsPerRound = make(map[string]float64, len(m.splitEval.Ops))
+		for name, n := range m.splitEval.Ops {
+			res.NodeOpsPerRound[name] = float64(n) / float64(m.splitRounds)
+		}
 	}
 	if m.splitRounds > 0 && m.splitEval.Syncs > 0 {
 		n := float64(m.splitRounds)
@@ -816,17 +825,58 @@ func printOutputChecks(w io.Writer, rows []modeResult) {
 	}
 }
 
-// printNodes prints each mode's graph nodes per step or round (--nodes).
+// printNodes prints each mode's graph nodes per step or round (--nodes),
+// then the primitives that make most of them, a column per mode, so a
+// round's extra nodes over a plain step can be named.
 func printNodes(w io.Writer, rows []modeResult) {
 	var parts []string
+	var counted []modeResult
 	for _, m := range rows {
 		if m.NodesPerRound > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.1f", m.Mode, m.NodesPerRound))
+			counted = append(counted, m)
 		}
 	}
-	if len(parts) > 0 {
-		fmt.Fprintf(w, "\ngraph nodes handed to MLX per step or round after the first token (mean): %s\n", strings.Join(parts, ", "))
+	if len(parts) == 0 {
+		return
 	}
+	fmt.Fprintf(w, "\ngraph nodes handed to MLX per step or round after the first token (mean): %s\n", strings.Join(parts, ", "))
+	// The primitives by their largest count in any mode.
+	most := map[string]float64{}
+	for _, m := range counted {
+		for name, n := range m.NodeOpsPerRound {
+			most[name] = max(most[name], n)
+		}
+	}
+	names := slices.SortedFunc(maps.Keys(most), func(a, b string) int {
+		if c := cmp.Compare(most[b], most[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	const shown = 15
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "primitive")
+	for _, m := range counted {
+		fmt.Fprintf(tw, "\t%s", m.Mode)
+	}
+	fmt.Fprintln(tw)
+	for i, name := range names {
+		if i == shown {
+			fmt.Fprintf(tw, "(%d more: --json lists all)\n", len(names)-shown)
+			break
+		}
+		label := name
+		if len(label) > 40 {
+			label = label[:39] + "…" // a compiled chain's name lists its every op
+		}
+		fmt.Fprint(tw, label)
+		for _, m := range counted {
+			fmt.Fprintf(tw, "\t%.1f", m.NodeOpsPerRound[name])
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }
 
 // printHostDevice prints the --split table: each mode's mean round between

@@ -379,7 +379,9 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 // bench --nodes reports the graph nodes each mode hands to MLX per step or
 // round after the first token (counted exactly by mlx's own test): a
 // drafting round, which runs the draft and verifies several rows, hands over
-// more than a plain step; without --nodes nothing is counted.
+// more than a plain step. The counts by primitive add up to the total, and
+// a drafting round verifies with the same products a step runs, more of
+// them (the draft's too). Without --nodes nothing is counted.
 func TestE2EBenchNodes(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
 	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--json", "--quiet")
@@ -388,7 +390,8 @@ func TestE2EBenchNodes(t *testing.T) {
 	}
 	var out struct {
 		Plain, Speculative struct {
-			Nodes float64 `json:"nodes_per_round"`
+			Nodes float64            `json:"nodes_per_round"`
+			Ops   map[string]float64 `json:"node_ops_per_round"`
 		}
 	}
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
@@ -397,8 +400,23 @@ func TestE2EBenchNodes(t *testing.T) {
 	if out.Plain.Nodes < 1 || out.Speculative.Nodes <= out.Plain.Nodes {
 		t.Errorf("nodes per round: plain %v, speculative %v; want a plain step's nodes, and more in a drafting round", out.Plain.Nodes, out.Speculative.Nodes)
 	}
+	for mode, r := range map[string]struct {
+		nodes float64
+		ops   map[string]float64
+	}{"plain": {out.Plain.Nodes, out.Plain.Ops}, "speculative": {out.Speculative.Nodes, out.Speculative.Ops}} {
+		sum := 0.0
+		for _, n := range r.ops {
+			sum += n
+		}
+		if math.Abs(sum-r.nodes) > 1e-9*r.nodes {
+			t.Errorf("%s: node_ops_per_round %v adds up to %v, not nodes_per_round %v", mode, r.ops, sum, r.nodes)
+		}
+	}
+	if p, s := out.Plain.Ops["Matmul"], out.Speculative.Ops["Matmul"]; p < 1 || s <= p {
+		t.Errorf("Matmul nodes per round: plain %v, speculative %v; want a step's products, and more in a drafting round", p, s)
+	}
 	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--quiet")
-	if code != 0 || !strings.Contains(stdout, "graph nodes handed to MLX per step or round") {
+	if code != 0 || !strings.Contains(stdout, "graph nodes handed to MLX per step or round") || !strings.Contains(stdout, "\nMatmul ") {
 		t.Errorf("text output with --nodes: exit %d, %s %s", code, stdout, stderr)
 	}
 	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--no-draft", "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--json", "--quiet")

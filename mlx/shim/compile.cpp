@@ -163,11 +163,3 @@ extern "C" int spx_graph_ops(char** out, const spx_array* outputs, size_t n) {
   std::memcpy(*out, text.c_str(), text.size() + 1);
   SPX_CATCH
 }
-
-extern "C" int spx_graph_count(int64_t* out, const spx_array* outputs, size_t n) {
-  SPX_TRY
-  int64_t count = 0;
-  for_each_pending(outputs, n, [&](const mx::array&) { count++; });
-  *out = count;
-  SPX_CATCH
-}

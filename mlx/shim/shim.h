@@ -402,10 +402,6 @@ void spx_set_error(const char* msg);
  * evaluation will run. */
 int spx_graph_ops(char** out, const spx_array* outputs, size_t n);
 
-/* Writes to *out the number of pending nodes reachable from outputs (as
- * spx_graph_ops counts them, without their names). */
-int spx_graph_count(int64_t* out, const spx_array* outputs, size_t n);
-
 /* ---- custom GPU kernels ------------------------------------------------ */
 
 /* Runs the gated delta rule (spec/qwen35.md section 7) as one primitive on
