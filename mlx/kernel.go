@@ -18,7 +18,8 @@ import (
 // CUDAKernel is a CUDA kernel that MLX compiles at run time (NVRTC). Source
 // is the kernel body: MLX writes the signature, one `const T* <input>` per
 // input and one `T* <output>` per output, in order; writing `<input>_shape`
-// in the source also passes that input's shape (an int array). Template
+// in the source also passes that input's shape (an int array), and
+// `<input>_ndim` its number of dimensions. Template
 // constants become `constexpr` values inside the body. Declare kernels as
 // package variables (*CUDAKernel): the first launch with given input dtypes
 // makes MLX's kernel function, which every later one reuses.

@@ -154,10 +154,13 @@ __device__ __forceinline__ void specula_rows_gemv(const __nv_bfloat16* x, const 
 `,
 	Source: `
   __shared__ float red[WARPS * NT * 4 * 32];
+  // x is [..., K]: its rows are every leading dimension together.
+  int rows = 1;
+  for (int i = 0; i + 1 < x_ndim; ++i) rows *= x_shape[i];
   if (((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15) == 0) {
-    specula_rows_gemv<NT, WARPS, U, true>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+    specula_rows_gemv<NT, WARPS, U, true>(x, w, y, rows, w_shape[0], w_shape[1], red);
   } else {
-    specula_rows_gemv<NT, WARPS, U, false>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+    specula_rows_gemv<NT, WARPS, U, false>(x, w, y, rows, w_shape[0], w_shape[1], red);
   }
 `,
 }
@@ -245,19 +248,21 @@ func rowsGEMV(x, w *mlx.Array) *mlx.Array {
 	if x.DType() == mlx.Float32 {
 		return rowsGEMVF32(x, w)
 	}
-	rows, k, n, ok := fewRowsProduct(rowsGEMVSwitch, x, w, mlx.BFloat16, 8)
+	rows, n, ok := fewRowsProduct(rowsGEMVSwitch, x, w, mlx.BFloat16, 8)
 	if !ok {
 		return nil
 	}
 	warps := gemvWarps(n)
-	outs, err := rowsGEMVKernel.Run([]*mlx.Array{mlx.Reshape(x, rows, k), w}, mlx.KernelLaunch{
-		OutputShapes: [][]int{{rows, n}},
+	outs, err := rowsGEMVKernel.Run([]*mlx.Array{x, w}, mlx.KernelLaunch{
+		OutputShapes: [][]int{productShape(x, n)},
 		OutputDTypes: []mlx.DType{mlx.BFloat16},
 		Grid:         [3]int{(n + 15) / 16 * 32 * warps, 1, 1},
 		Block:        [3]int{32 * warps, 1, 1},
 		// The row count itself is read from x's shape in the kernel: only
 		// the number of 8-row tiles is compiled in (3 variants per warp
-		// count).
+		// count). x goes in as it is, [..., K], and y comes out [..., N]:
+		// reshapes around the launch would be two more graph nodes per
+		// product, 256 per 4B verification (issue 19).
 		Templates: []mlx.KernelTemplate{
 			{Name: "NT", Value: (rows + 7) / 8}, {Name: "WARPS", Value: warps}, {Name: "U", Value: gemvUnroll},
 		},
@@ -266,28 +271,27 @@ func rowsGEMV(x, w *mlx.Array) *mlx.Array {
 		rowsGEMVSwitch.Fail(err)
 		return nil
 	}
-	return withLeadingDims(outs[0], x)
+	return outs[0]
 }
 
 // fewRowsProduct checks that a few-row kernel behind sw can multiply
 // x [..., K] by w [N, K]: the switch on, both of dtype dt, K a multiple of
 // kStep (the kernel's vector width) and 1 to maxGEMVRows rows. It returns
-// the rows, K and N.
-func fewRowsProduct(sw *KernelSwitch, x, w *mlx.Array, dt mlx.DType, kStep int) (rows, k, n int, ok bool) {
+// the rows and N.
+func fewRowsProduct(sw *KernelSwitch, x, w *mlx.Array, dt mlx.DType, kStep int) (rows, n int, ok bool) {
 	if !sw.On() || x.DType() != dt || w.DType() != dt || w.NDim() != 2 || x.NDim() < 1 {
-		return 0, 0, 0, false
+		return 0, 0, false
 	}
-	k, n = w.Dim(1), w.Dim(0)
+	k, n := w.Dim(1), w.Dim(0)
 	if x.Dim(-1) != k || k%kStep != 0 {
-		return 0, 0, 0, false
+		return 0, 0, false
 	}
 	rows = leadingRows(x)
-	return rows, k, n, rows >= 1 && rows <= maxGEMVRows
+	return rows, n, rows >= 1 && rows <= maxGEMVRows
 }
 
-// withLeadingDims reshapes a kernel's product y [rows, N] to x's leading
-// dimensions: [..., N].
-func withLeadingDims(y, x *mlx.Array) *mlx.Array {
-	shape := append(x.Shape()[:x.NDim()-1:x.NDim()-1], y.Dim(-1))
-	return mlx.Reshape(y, shape...)
+// productShape is the shape of x · Wᵀ for x [..., K] and N outputs:
+// [..., N].
+func productShape(x *mlx.Array, n int) []int {
+	return append(x.Shape()[:x.NDim()-1:x.NDim()-1], n)
 }

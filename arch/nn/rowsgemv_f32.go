@@ -95,10 +95,13 @@ __device__ __forceinline__ void specula_rows_gemv_f32(const float* x, const floa
 `,
 	Source: `
   __shared__ float red[WARPS * RT * 4];
+  // x is [..., K]: its rows are every leading dimension together.
+  int rows = 1;
+  for (int i = 0; i + 1 < x_ndim; ++i) rows *= x_shape[i];
   if (((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15) == 0) {
-    specula_rows_gemv_f32<RT, WARPS, true>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+    specula_rows_gemv_f32<RT, WARPS, true>(x, w, y, rows, w_shape[0], w_shape[1], red);
   } else {
-    specula_rows_gemv_f32<RT, WARPS, false>(x, w, y, x_shape[0], w_shape[0], w_shape[1], red);
+    specula_rows_gemv_f32<RT, WARPS, false>(x, w, y, rows, w_shape[0], w_shape[1], red);
   }
 `,
 }
@@ -126,22 +129,22 @@ var rowsGEMVF32Switch = NewKernelSwitch("SPECULA_ROWS_GEMV_F32", "nn: the float3
 // when it does not apply (off the GPU, other dtypes or sizes, or after a
 // failed launch).
 func rowsGEMVF32(x, w *mlx.Array) *mlx.Array {
-	rows, k, n, ok := fewRowsProduct(rowsGEMVF32Switch, x, w, mlx.Float32, 4)
+	rows, n, ok := fewRowsProduct(rowsGEMVF32Switch, x, w, mlx.Float32, 4)
 	if !ok {
 		return nil
 	}
-	outs, err := rowsGEMVF32Kernel.Run([]*mlx.Array{mlx.Reshape(x, rows, k), w}, mlx.KernelLaunch{
-		OutputShapes: [][]int{{rows, n}},
+	outs, err := rowsGEMVF32Kernel.Run([]*mlx.Array{x, w}, mlx.KernelLaunch{
+		OutputShapes: [][]int{productShape(x, n)},
 		OutputDTypes: []mlx.DType{mlx.Float32},
 		Grid:         [3]int{(n + 3) / 4 * 32 * gemvF32Warps, 1, 1},
 		Block:        [3]int{32 * gemvF32Warps, 1, 1},
 		// Only the number of 8-row tiles is compiled in; the row count is
-		// read from x's shape.
+		// read from x's shape ([..., K], as it comes: no reshape nodes).
 		Templates: []mlx.KernelTemplate{{Name: "RT", Value: (rows + 7) / 8 * 8}, {Name: "WARPS", Value: gemvF32Warps}},
 	})
 	if err != nil {
 		rowsGEMVF32Switch.Fail(err)
 		return nil
 	}
-	return withLeadingDims(outs[0], x)
+	return outs[0]
 }

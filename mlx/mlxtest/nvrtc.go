@@ -155,12 +155,14 @@ var cudaTypes = map[mlx.DType]string{
 // device utilities: the half and bfloat16 headers and its Shape type; not
 // cooperative groups, whose headers need CUDA's C++ library, and which no
 // kernel of ours uses), the kernel's header, the signature MLX writes (each
-// input `const T* name`, with `name_shape` when the source mentions it;
-// each output `T* name`), the template constants, and the body.
+// input `const T* name`, with `name_shape`, `name_strides` and `name_ndim`
+// when the source mentions them; each output `T* name`), the template
+// constants, and the body.
 func CUDASource(k *mlx.CUDAKernel, inputs []mlx.DType, l mlx.KernelLaunch) string {
 	var b strings.Builder
 	b.WriteString("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n")
 	b.WriteString("struct Shape { int d[10]; __device__ const int& operator[](int i) const { return d[i]; } };\n")
+	b.WriteString("struct Strides { long long d[10]; __device__ const long long& operator[](int i) const { return d[i]; } };\n")
 	b.WriteString(k.Header)
 	b.WriteString("\nnamespace mlx::core::cu {\n__global__ void custom_kernel_" + k.CompiledName(inputs) + "(\n")
 	var params []string
@@ -168,6 +170,12 @@ func CUDASource(k *mlx.CUDAKernel, inputs []mlx.DType, l mlx.KernelLaunch) strin
 		params = append(params, "    const "+cudaType(inputs[i])+"* "+name)
 		if strings.Contains(k.Source, name+"_shape") {
 			params = append(params, "    const __grid_constant__ Shape "+name+"_shape")
+		}
+		if strings.Contains(k.Source, name+"_strides") {
+			params = append(params, "    const __grid_constant__ Strides "+name+"_strides")
+		}
+		if strings.Contains(k.Source, name+"_ndim") {
+			params = append(params, "    const __grid_constant__ int "+name+"_ndim")
 		}
 	}
 	for i, name := range k.Outputs {
