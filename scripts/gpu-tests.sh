@@ -22,6 +22,13 @@
 # GPU_CHECK=0 runs without a live GPU (every test then passes or skips on
 # the CPU: for trying the script itself).
 # Set SPECULA_* switches as for specula itself, e.g. SPECULA_ROWS_GEMV_F32=0.
+#
+# Time (H100, 2026-12-06, JOBS=4): every package but mlx ends in 1–2 min.
+# mlx needs more than 200 s on a fresh machine: its quantized and compiled
+# tests make MLX compile CUTLASS and fused kernels with NVRTC (one test
+# alone 116 s), which a later run finds in MLX's disk cache. Within a
+# 10-minute call, run mlx first on its own (RUN/SKIP), or skip
+# 'MLXFormatParity|TensorParallel' elsewhere (each >145 s).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 packages=(mlx arch/nn arch/qwen35 arch/qwen35moe arch/dflash arch/dflash2 engine)

@@ -105,6 +105,20 @@ func Run(t testing.TB, fn func(t *T)) {
 	}
 }
 
+// RunOnCPU is Run with the CPU as the device of new ops, the worker's device
+// restored afterwards: for tests of CPU paths (the BLAS, the shim's CPU
+// kernels) and of logic whose tiny operands a GPU build's kernels do not
+// take, which would otherwise run on the GPU of a CUDA build.
+func RunOnCPU(t testing.TB, fn func(t *T)) {
+	t.Helper()
+	Run(t, func(t *T) {
+		prev := mlx.CurrentDevice()
+		t.NoErr(mlx.SetDevice(mlx.CPU))
+		defer func() { t.NoErr(mlx.SetDevice(prev)) }()
+		fn(t)
+	})
+}
+
 // Float32s evaluates a and returns its values, failing the test on error.
 func (t *T) Float32s(a *mlx.Array) []float32 {
 	t.TB.Helper()
