@@ -37,7 +37,8 @@ type EvalTimes struct {
 	// Ops splits Nodes by MLX primitive name ("Add", "CustomKernel", a
 	// compiled chain's "Compiled…", views such as "Reshape"), so two
 	// workloads' node counts can be compared kind by kind. Nil unless
-	// SetNodeCounting is on; readings share no map with one another.
+	// SetNodeCounting is on when EvalTiming reads it (a reading costs a
+	// copy of the map then); readings share no map with one another.
 	Ops map[string]int64
 }
 
@@ -126,11 +127,11 @@ func EvalTimingOn() bool { return evalTiming.Load() }
 // them to time a stretch of work.
 func EvalTiming() EvalTimes {
 	t := EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load(), Nodes: nodesN.Load()}
-	opsMu.Lock()
-	if len(opsN) > 0 {
+	if nodeCounting.Load() {
+		opsMu.Lock()
 		t.Ops = maps.Clone(opsN)
+		opsMu.Unlock()
 	}
-	opsMu.Unlock()
 	return t
 }
 
