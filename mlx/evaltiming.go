@@ -128,8 +128,9 @@ func EvalTimingOn() bool { return evalTiming.Load() }
 func EvalTiming() EvalTimes {
 	t := EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load(), Nodes: nodesN.Load()}
 	if nodeCounting.Load() {
+		// Under the lock countPending adds both under, so the two agree.
 		opsMu.Lock()
-		t.Ops = maps.Clone(opsN)
+		t.Nodes, t.Ops = nodesN.Load(), maps.Clone(opsN)
 		opsMu.Unlock()
 	}
 	return t
