@@ -118,13 +118,12 @@ void spx_compiled_free(spx_closure f) {
 
 // ---- graph statistics ------------------------------------------------------
 
-namespace {
-
-// for_each_pending calls visit once for each pending (unevaluated) node
-// reachable from outputs: the nodes the next evaluation will run. Siblings
-// (the outputs of one multi-output primitive) are one node.
-template <typename Visit>
-void for_each_pending(const spx_array* outputs, size_t n, Visit visit) {
+extern "C" int spx_graph_ops(char** out, const spx_array* outputs, size_t n) {
+  SPX_TRY
+  // Count the pending (unevaluated) nodes reachable from outputs by
+  // primitive name; siblings (the outputs of one multi-output primitive)
+  // are one node.
+  std::map<std::string, int> counts;
   std::unordered_set<std::uintptr_t> seen;
   std::vector<mx::array> stack;
   for (size_t i = 0; i < n; i++) {
@@ -142,19 +141,11 @@ void for_each_pending(const spx_array* outputs, size_t n, Visit visit) {
     for (const auto& s : a.siblings()) {
       seen.insert(s.id());
     }
-    visit(a);
+    counts[a.primitive().name()]++;
     for (const auto& in : a.inputs()) {
       stack.push_back(in);
     }
   }
-}
-
-}  // namespace
-
-extern "C" int spx_graph_ops(char** out, const spx_array* outputs, size_t n) {
-  SPX_TRY
-  std::map<std::string, int> counts;
-  for_each_pending(outputs, n, [&](const mx::array& a) { counts[a.primitive().name()]++; });
   std::string text;
   for (const auto& [name, count] : counts) {
     text += name + " " + std::to_string(count) + "\n";
