@@ -423,8 +423,8 @@ typedef struct {
 
 /* Makes the kernel function. The source is the kernel body; MLX writes the
  * signature from the input and output names (inputs are `const T* name`,
- * outputs `T* name`; `<in>_shape` in the source also passes an input's
- * shape). name is also the compiled module's name, which MLX caches by name
+ * outputs `T* name`; `<in>_shape`, `<in>_strides` and `<in>_ndim` in the
+ * source also pass an input's shape, strides and rank). name is also the compiled module's name, which MLX caches by name
  * alone, in the process and on disk: it must change whenever the compiled
  * text would. The function lives as long as the process (a kernel is made
  * once per input dtypes and kept). */
