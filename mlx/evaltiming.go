@@ -30,15 +30,16 @@ type EvalTimes struct {
 	Syncs int64
 	// Nodes counts the graph nodes handed to MLX's evaluation (each
 	// primitive's outputs once; views included, though they launch
-	// nothing) while SetNodeCounting is on, and stays 0 otherwise. On a GPU
-	// each node costs the host its submission, so this is what a change
-	// that builds fewer nodes moves, and it is the same on the CPU.
+	// nothing) while SetNodeCounting is on; a reading taken with counting
+	// off holds 0 (and Ops nil). On a GPU each node costs the host its
+	// submission, so this is what a change that builds fewer nodes moves,
+	// and it is the same on the CPU.
 	Nodes int64
 	// Ops splits Nodes by MLX primitive name ("Add", "CustomKernel", a
 	// compiled chain's "Compiled…", views such as "Reshape"), so two
-	// workloads' node counts can be compared kind by kind. Nil unless
-	// SetNodeCounting is on when EvalTiming reads it (a reading costs a
-	// copy of the map then); readings share no map with one another.
+	// workloads' node counts can be compared kind by kind (a reading costs
+	// a copy of the map while counting is on); readings share no map with
+	// one another.
 	Ops map[string]int64
 }
 
@@ -77,9 +78,8 @@ var (
 	evalTiming                     atomic.Bool
 	submitNanos, waitNanos, syncsN atomic.Int64
 	nodeCounting                   atomic.Bool
-	nodesN                         atomic.Int64
 	// opsMu guards opsN, the running count of evaluated nodes by
-	// primitive name (EvalTimes.Ops).
+	// primitive name (EvalTimes.Ops; their sum is EvalTimes.Nodes).
 	opsMu sync.Mutex
 	opsN  = map[string]int64{}
 )
@@ -108,7 +108,6 @@ func countPending(hs []C.spx_array) {
 	defer opsMu.Unlock()
 	for name, n := range ops {
 		opsN[name] += n
-		nodesN.Add(n)
 	}
 }
 
@@ -126,12 +125,14 @@ func EvalTimingOn() bool { return evalTiming.Load() }
 // process started while timing (counting) was on. Take two readings and Sub
 // them to time a stretch of work.
 func EvalTiming() EvalTimes {
-	t := EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load(), Nodes: nodesN.Load()}
+	t := EvalTimes{Submit: time.Duration(submitNanos.Load()), Wait: time.Duration(waitNanos.Load()), Syncs: syncsN.Load()}
 	if nodeCounting.Load() {
-		// Under the lock countPending adds both under, so the two agree.
 		opsMu.Lock()
-		t.Nodes, t.Ops = nodesN.Load(), maps.Clone(opsN)
+		t.Ops = maps.Clone(opsN)
 		opsMu.Unlock()
+		for _, n := range t.Ops {
+			t.Nodes += n
+		}
 	}
 	return t
 }
