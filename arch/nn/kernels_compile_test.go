@@ -13,7 +13,9 @@ import (
 // as MLX would compile it for the H100/H200, for the dtypes and template
 // constants the launches use on Qwen3.5's shapes: a kernel's syntax or type
 // error shows here, on a machine without a GPU, instead of on a lent device
-// (where the kernel switch would quietly fall back to MLX's ops).
+// (where the kernel switch would quietly fall back to MLX's ops). The
+// launches that give their block size are also checked against the SM's
+// registers.
 func TestKernelsCompile(t *testing.T) {
 	bf16, f32 := mlx.BFloat16, mlx.Float32
 	for _, nt := range []int{1, 2, 3} {
@@ -22,6 +24,7 @@ func TestKernelsCompile(t *testing.T) {
 				mlxtest.CompileCUDA(t, rowsGEMVKernel, []mlx.DType{bf16, bf16}, mlx.KernelLaunch{
 					OutputDTypes: []mlx.DType{bf16},
 					Templates:    []mlx.KernelTemplate{{Name: "NT", Value: nt}, {Name: "WARPS", Value: warps}, {Name: "U", Value: gemvUnroll}},
+					Block:        [3]int{32 * warps, 1, 1},
 				})
 			})
 		}
@@ -31,6 +34,7 @@ func TestKernelsCompile(t *testing.T) {
 			mlxtest.CompileCUDA(t, rowsGEMVF32Kernel, []mlx.DType{f32, f32}, mlx.KernelLaunch{
 				OutputDTypes: []mlx.DType{f32},
 				Templates:    []mlx.KernelTemplate{{Name: "RT", Value: rt}, {Name: "WARPS", Value: gemvF32Warps}},
+				Block:        [3]int{32 * gemvF32Warps, 1, 1},
 			})
 		})
 	}

@@ -70,6 +70,10 @@ import (
 // H100's and H200's (sm_90), the GPUs they are written and measured on.
 const nvrtcArch = "compute_90"
 
+// nvrtcMachine is the same architecture's machine code, for ptxas's report
+// of the registers a kernel uses.
+const nvrtcMachine = "sm_90"
+
 // nvrtcDir returns the folder that holds NVRTC and the CUDA headers
 // (scripts/deps.sh with NVRTC=1 unpacks them into .deps/nvrtc): $SPECULA_NVRTC,
 // else .deps/nvrtc of the module the test runs in.
@@ -100,7 +104,50 @@ func nvrtcDir() string {
 // the test with NVRTC's log when it does not. Without NVRTC (make test
 // unpacks it; `NVRTC=1 scripts/deps.sh`) the test is skipped, unless
 // SPECULA_REQUIRE_NVRTC=1 (as make test sets) makes that a failure.
+//
+// When l.Block is set, the kernel is compiled to the H100's and H200's
+// machine code (sm_90) instead, and the test also fails when a block of
+// that many threads needs more registers than an SM has: such a launch
+// fails on the GPU ("too many resources requested for launch"), which the
+// kernel's switch would quietly turn into its slower fallback.
 func CompileCUDA(t testing.TB, k *mlx.CUDAKernel, inputs []mlx.DType, l mlx.KernelLaunch) {
+	t.Helper()
+	threads := l.Block[0] * max(l.Block[1], 1) * max(l.Block[2], 1)
+	log := compileCUDA(t, k, inputs, l, threads > 0)
+	if threads == 0 {
+		return
+	}
+	regs, ok := registersUsed(log)
+	if !ok {
+		t.Fatalf("kernel %s: no register count in ptxas's report:\n%s", k.Name, log)
+	}
+	// Registers are handed to warps in units of 256 (8 a thread).
+	if need := (regs + 7) / 8 * 8 * threads; need > registersPerSM {
+		t.Fatalf("kernel %s (templates %v) uses %d registers a thread: a block of %d threads needs %d, more than the %d of an SM, so its launch would fail",
+			k.Name, l.Templates, regs, threads, need, registersPerSM)
+	}
+}
+
+// registersPerSM is the register file of an H100's or H200's SM (and of
+// every GPU since compute capability 5.0): 64K 32-bit registers.
+const registersPerSM = 65536
+
+// registersUsed reads "Used N registers" from ptxas's verbose report.
+func registersUsed(log string) (int, bool) {
+	_, rest, ok := strings.Cut(log, "Used ")
+	if !ok {
+		return 0, false
+	}
+	var n int
+	if _, err := fmt.Sscanf(rest, "%d registers", &n); err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// compileCUDA is CompileCUDA's compilation: to machine code with ptxas's
+// report in the returned log when machine is set, else to PTX.
+func compileCUDA(t testing.TB, k *mlx.CUDAKernel, inputs []mlx.DType, l mlx.KernelLaunch, machine bool) string {
 	t.Helper()
 	dir := nvrtcDir()
 	lib := filepath.Join(dir, "cu13", "lib", "libnvrtc.so.13")
@@ -114,6 +161,10 @@ func CompileCUDA(t testing.TB, k *mlx.CUDAKernel, inputs []mlx.DType, l mlx.Kern
 	opts := []string{
 		"--gpu-architecture=" + nvrtcArch, "--std=c++17", "--device-as-default-execution-space",
 		"--include-path=" + filepath.Join(dir, "cu13", "include"),
+	}
+	if machine {
+		opts[0] = "--gpu-architecture=" + nvrtcMachine
+		opts = append(opts, "--ptxas-options=--verbose")
 	}
 	cOpts := make([]*C.char, len(opts))
 	for i, o := range opts {
@@ -133,6 +184,7 @@ func CompileCUDA(t testing.TB, k *mlx.CUDAKernel, inputs []mlx.DType, l mlx.Kern
 	if rc != 0 {
 		t.Fatalf("kernel %s (templates %v) does not compile (NVRTC result %d):\n%s\nsource:\n%s", k.Name, l.Templates, int(rc), log, numbered(src))
 	}
+	return log
 }
 
 // numbered prefixes each line of src with its number, as NVRTC's log
