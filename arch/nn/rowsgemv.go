@@ -41,7 +41,7 @@ var rowsGEMVKernel = &mlx.CUDAKernel{
 	Name:    "specula_rows_gemv_mma",
 	Inputs:  []string{"x", "w"},
 	Outputs: []string{"y"},
-	Header: `
+	Header: leadingRowsHeader + `
 __device__ __forceinline__ void specula_mma_bf16(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -154,9 +154,7 @@ __device__ __forceinline__ void specula_rows_gemv(const __nv_bfloat16* x, const 
 `,
 	Source: `
   __shared__ float red[WARPS * NT * 4 * 32];
-  // x is [..., K]: its rows are every leading dimension together.
-  int rows = 1;
-  for (int i = 0; i + 1 < x_ndim; ++i) rows *= x_shape[i];
+  const int rows = specula_leading_rows(x_shape, x_ndim);
   if (((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15) == 0) {
     specula_rows_gemv<NT, WARPS, U, true>(x, w, y, rows, w_shape[0], w_shape[1], red);
   } else {
@@ -295,3 +293,16 @@ func fewRowsProduct(sw *KernelSwitch, x, w *mlx.Array, dt mlx.DType, kStep int) 
 func productShape(x *mlx.Array, n int) []int {
 	return append(x.Shape()[:x.NDim()-1:x.NDim()-1], n)
 }
+
+// leadingRowsHeader is CUDA shared by the few-row kernels, which take x
+// [..., K] as it comes (a reshape would be one more graph node per product):
+// specula_leading_rows(x_shape, x_ndim) is its number of rows, every
+// leading dimension together.
+const leadingRowsHeader = `
+template <typename S>
+__device__ __forceinline__ int specula_leading_rows(const S& shape, int ndim) {
+  int rows = 1;
+  for (int i = 0; i + 1 < ndim; ++i) rows *= shape[i];
+  return rows;
+}
+`

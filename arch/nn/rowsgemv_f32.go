@@ -26,7 +26,7 @@ var rowsGEMVF32Kernel = &mlx.CUDAKernel{
 	Name:    "specula_rows_gemv_f32",
 	Inputs:  []string{"x", "w"},
 	Outputs: []string{"y"},
-	Header: `
+	Header: leadingRowsHeader + `
 // Four consecutive floats at p, zeros when !ok: one 16-byte load when VEC
 // (p 16-byte aligned), else one by one (the same values). STREAM marks data
 // read once (the weights).
@@ -95,9 +95,7 @@ __device__ __forceinline__ void specula_rows_gemv_f32(const float* x, const floa
 `,
 	Source: `
   __shared__ float red[WARPS * RT * 4];
-  // x is [..., K]: its rows are every leading dimension together.
-  int rows = 1;
-  for (int i = 0; i + 1 < x_ndim; ++i) rows *= x_shape[i];
+  const int rows = specula_leading_rows(x_shape, x_ndim);
   if (((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15) == 0) {
     specula_rows_gemv_f32<RT, WARPS, true>(x, w, y, rows, w_shape[0], w_shape[1], red);
   } else {
