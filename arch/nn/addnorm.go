@@ -108,10 +108,14 @@ var addNormKernel = &mlx.CUDAKernel{
 }
 
 // blockSumHeader is CUDA shared by the norm kernels: specula_block_sum
-// returns the sum of v over a block of BLOCK threads, in the order of MLX's
-// rms_norm (its BlockBroadcastReduce): in each warp a butterfly of xor
-// shuffles from 16 down to 1, then the same over the per-warp sums, which
-// every thread receives.
+// returns the sum of v over the first BLOCK threads of the block, in the
+// order of MLX's rms_norm (its BlockBroadcastReduce): in each warp a
+// butterfly of xor shuffles from 16 down to 1, then the same over the
+// per-warp sums, which every thread receives. Every thread of the block
+// calls it (it synchronises the block); in a block wider than BLOCK (a
+// kernel that ends in a norm, qwen35's delta-net step) the threads past
+// BLOCK pass 0 and write nothing. Its shared memory is reused by the next
+// call only after a __syncthreads of the caller's.
 const blockSumHeader = `
 template <int BLOCK>
 __device__ __forceinline__ float specula_block_sum(float v) {
@@ -119,7 +123,7 @@ __device__ __forceinline__ float specula_block_sum(float v) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (lane == 0) partial[threadIdx.x >> 5] = v;
+  if (lane == 0 && (int)(threadIdx.x >> 5) < BLOCK / 32) partial[threadIdx.x >> 5] = v;
   __syncthreads();
   v = lane < BLOCK / 32 ? partial[lane] : 0.f;
 #pragma unroll

@@ -14,13 +14,9 @@ import (
 // reading the strided gate, two launches per layer that a decode step,
 // bound by launch overhead, pays for nothing.
 //
-// The norm follows MLX's CUDA rms_norm as addNormKernel does (the same
-// split of a row into chunks of NREADS elements over BLOCK threads, the
-// same reductions), then y = w · (x · rsqrt(Σx²/D + eps)), and the output is
-// y · (g · σ(g)) with σ as MLX's CUDA Sigmoid computes it, all in float32, rounded
-// once to the output's dtype. One block owns one row (one head of one
-// token), so a row's bits do not depend on how many rows run: a
-// verification row equals the decode step's.
+// One block owns one row (one head of one token), so a row's bits do not
+// depend on how many rows run: a verification row equals the decode step's.
+// The row's arithmetic is GatedNormHeader's specula_gated_norm_row.
 //
 // x is [1, L, H, D] float32, row r = (t, head) at r·D; src is [1, L, width]
 // and row r's gate is src[0, r / H, COL + (r mod H)·D …]; w is [D]. Both are
@@ -32,19 +28,33 @@ var gatedNormKernel = &mlx.CUDAKernel{
 	Name:    "specula_gated_rms_norm",
 	Inputs:  []string{"x", "src", "w"},
 	Outputs: []string{"y"},
-	Header: blockSumHeader + `
-template <typename T> struct specula_elem { using type = T; };
-template <typename T> struct specula_elem<T&> { using type = T; };
-`,
+	Header:  GatedNormHeader,
 	Source: `
   static_assert(XT >= 0 && ST >= 0 && WT >= 0 && OT >= 0, "dtype codes");
-  using TO = typename specula_elem<decltype(y[0])>::type;
   const int row = blockIdx.x;
   const int t = row / H;
   const int head = row - t * H;
-  const auto* xr = x + (size_t)row * D;
-  const auto* gr = src + (size_t)t * src_shape[2] + COL + (size_t)head * D;
-  TO* yr = y + (size_t)row * D;
+  specula_gated_norm_row<D, BLOCK, CHUNKS, NREADS>(x + (size_t)row * D, src + (size_t)t * src_shape[2] + COL + (size_t)head * D,
+                                                   w, y + (size_t)row * D, __int_as_float(EPS));
+`,
+}
+
+// GatedNormHeader is CUDA for kernels that end in GatedRMSNormFrom's norm
+// (its own kernel, and qwen35's one-launch delta-net step):
+// specula_gated_norm_row<D, BLOCK, CHUNKS, NREADS>(x, g, w, y, eps) writes
+// y = w · (x · rsqrt(Σx²/D + eps)) · g·σ(g) for one row of D values, x in
+// float32, g and w of any float type, y rounded once to its type. Every
+// thread of a block of at least BLOCK threads calls it; GatedNormRow gives
+// the constants.
+//
+// The norm follows MLX's CUDA rms_norm as addNormKernel does (the same
+// split of a row into chunks of NREADS elements over BLOCK threads, the
+// same reductions), then the product with the gate, with σ as MLX's CUDA
+// Sigmoid computes it, all in float32.
+const GatedNormHeader = blockSumHeader + `
+template <int D, int BLOCK, int CHUNKS, int NREADS, typename TG, typename TW, typename TO>
+__device__ __forceinline__ void specula_gated_norm_row(const float* xr, const TG* gr, const TW* w, TO* yr, float eps) {
+  const bool in = (int)threadIdx.x < BLOCK;
   float v[CHUNKS * NREADS];
   float acc = 0.f;
 #pragma unroll
@@ -52,18 +62,18 @@ template <typename T> struct specula_elem<T&> { using type = T; };
 #pragma unroll
     for (int j = 0; j < NREADS; ++j) {
       const int c = (BLOCK * i + (int)threadIdx.x) * NREADS + j;
-      v[i * NREADS + j] = c < D ? static_cast<float>(xr[c]) : 0.f;
+      v[i * NREADS + j] = in && c < D ? xr[c] : 0.f;
       acc += v[i * NREADS + j] * v[i * NREADS + j];
     }
   }
   acc = specula_block_sum<BLOCK>(acc);
-  const float inv = rsqrtf(__fdiv_rn(acc, (float)D) + __int_as_float(EPS));
+  const float inv = rsqrtf(__fdiv_rn(acc, (float)D) + eps);
 #pragma unroll
   for (int i = 0; i < CHUNKS; ++i) {
 #pragma unroll
     for (int j = 0; j < NREADS; ++j) {
       const int c = (BLOCK * i + (int)threadIdx.x) * NREADS + j;
-      if (c < D) {
+      if (in && c < D) {
         const float n = static_cast<float>(w[c]) * (v[i * NREADS + j] * inv);
         const float g = static_cast<float>(gr[c]);
         // MLX's Sigmoid: e = 1/(1+exp|g|), σ = e for g < 0, else 1 − e.
@@ -72,8 +82,8 @@ template <typename T> struct specula_elem<T&> { using type = T; };
       }
     }
   }
-`,
 }
+`
 
 var gatedNormSwitch = NewKernelSwitch("SPECULA_GATED_NORM", "nn: the gated RMSNorm CUDA kernel failed; using RMSNorm and the gate's own kernel")
 
@@ -102,30 +112,44 @@ func GatedRMSNormFrom(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dty
 	return GatedRMSNorm(x, gate, w, eps, dtype)
 }
 
-// gatedNormLaunch runs gatedNormKernel, or returns nil when it does not
-// apply (off the GPU, switched off, x not float32, other dtypes, a
-// non-positive eps) or the launch failed.
-func gatedNormLaunch(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtype mlx.DType) *mlx.Array {
-	if !GatedRMSNormFused() || x.DType() != mlx.Float32 || !(eps > 0) || w == nil || w.NDim() != 1 || w.Dim(0) != x.Dim(3) {
-		return nil
+// GatedNormRow returns the template constants with which
+// GatedNormHeader's specula_gated_norm_row computes, for rows of d float32
+// values, what GatedRMSNormFrom's kernel computes (D, BLOCK, CHUNKS, NREADS
+// and EPS, its bits), the threads it needs (BLOCK), and whether that kernel
+// runs for this norm weight w, eps and output dtype: false where
+// GatedRMSNormFrom takes the graph path (off the GPU, switched off, other
+// dtypes, a non-positive eps, w not [d]).
+func GatedNormRow(d int, w *mlx.Array, eps float32, dtype mlx.DType) (templates []mlx.KernelTemplate, block int, ok bool) {
+	if !GatedRMSNormFused() || !(eps > 0) || w == nil || w.NDim() != 1 || w.Dim(0) != d {
+		return nil, 0, false
 	}
-	if !KernelFloat(src.DType()) || !KernelFloat(w.DType()) || !KernelFloat(dtype) {
-		return nil
+	if !KernelFloat(w.DType()) || !KernelFloat(dtype) {
+		return nil, 0, false
 	}
-	L, h, d := x.Dim(1), x.Dim(2), x.Dim(3)
 	nreads, block, chunks := normLayout(d, mlx.Float32.Size())
+	return []mlx.KernelTemplate{
+		{Name: "D", Value: d}, {Name: "BLOCK", Value: block}, {Name: "CHUNKS", Value: chunks},
+		{Name: "NREADS", Value: nreads}, {Name: "EPS", Value: int(math.Float32bits(eps))},
+	}, block, true
+}
+
+// gatedNormLaunch runs gatedNormKernel, or returns nil when it does not
+// apply (see GatedNormRow; x not float32, a gate of another dtype) or the
+// launch failed.
+func gatedNormLaunch(x, src *mlx.Array, col int, w *mlx.Array, eps float32, dtype mlx.DType) *mlx.Array {
+	L, h, d := x.Dim(1), x.Dim(2), x.Dim(3)
+	row, block, ok := GatedNormRow(d, w, eps, dtype)
+	if !ok || x.DType() != mlx.Float32 || !KernelFloat(src.DType()) {
+		return nil
+	}
 	outs, err := gatedNormKernel.Run([]*mlx.Array{x, src, w}, mlx.KernelLaunch{
 		OutputShapes: [][]int{{1, L, h, d}},
 		OutputDTypes: []mlx.DType{dtype},
 		Grid:         [3]int{L * h * block, 1, 1},
 		Block:        [3]int{block, 1, 1},
-		Templates: []mlx.KernelTemplate{
-			{Name: "D", Value: d}, {Name: "H", Value: h}, {Name: "COL", Value: col},
-			{Name: "BLOCK", Value: block}, {Name: "CHUNKS", Value: chunks}, {Name: "NREADS", Value: nreads},
-			{Name: "EPS", Value: int(math.Float32bits(eps))},
-			{Name: "XT", Value: int(x.DType())}, {Name: "ST", Value: int(src.DType())},
-			{Name: "WT", Value: int(w.DType())}, {Name: "OT", Value: int(dtype)},
-		},
+		Templates: append(row, mlx.KernelTemplate{Name: "H", Value: h}, mlx.KernelTemplate{Name: "COL", Value: col},
+			mlx.KernelTemplate{Name: "XT", Value: int(x.DType())}, mlx.KernelTemplate{Name: "ST", Value: int(src.DType())},
+			mlx.KernelTemplate{Name: "WT", Value: int(w.DType())}, mlx.KernelTemplate{Name: "OT", Value: int(dtype)}),
 	})
 	if err != nil {
 		gatedNormSwitch.Fail(err)

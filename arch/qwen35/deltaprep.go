@@ -14,10 +14,7 @@ import (
 // strided q/k/v views, two norms, the gates — and a verification forward is
 // bound by launches on the GPU.
 //
-// One warp owns one (token t, unit): units are the Hk q heads, the Hk k
-// heads and the Hv v heads, each a run of D channels of the convolution, so
-// each lane holds D/32 outputs in registers and a q/k norm is one warp
-// reduction. A token's values depend only on its own padded rows, not on how
+// One warp owns one (token t, unit) (deltaUnitHeader). A token's values depend only on its own padded rows, not on how
 // many tokens run (a verification's rows equal a decode's, bit for bit). The
 // float maths follows MLX's kernels: the products and sums of the
 // convolution in float32 in ascending tap order, Sigmoid as
@@ -27,20 +24,51 @@ var deltaPrepKernel = &mlx.CUDAKernel{
 	Name:    "specula_delta_prep",
 	Inputs:  []string{"proj", "tail", "w", "negA", "dtBias"},
 	Outputs: []string{"q", "k", "v", "alpha", "beta", "padded"},
+	Header:  deltaUnitHeader,
 	Source: `
   // PT, WT, AT, BT: the inputs' dtypes, only in MLX's cache key.
   static_assert(PT >= 0 && WT >= 0 && AT >= 0 && BT >= 0, "dtype codes");
-  constexpr int KD = HK * DK;
-  constexpr int CONV = 2 * KD + HV * DV;
-  constexpr int P = CONV + HV * DV + 2 * HV;
   constexpr int U = 2 * HK + HV;
-  constexpr int PER = (DK > DV ? DK : DV) / 32;
   const int L = proj_shape[1];
-  const int lane = threadIdx.x & 31;
   const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   if (gw >= L * U) return;
   const int t = gw / U;
   const int u = gw - t * U;
+  float* dst;
+  float* al = nullptr;
+  float* be = nullptr;
+  if (u < HK) {
+    dst = q + ((size_t)t * HK + u) * DK;
+  } else if (u < 2 * HK) {
+    dst = k + ((size_t)t * HK + u - HK) * DK;
+  } else {
+    const size_t th = (size_t)t * HV + u - 2 * HK;
+    dst = v + th * DV;
+    al = alpha + th;
+    be = beta + th;
+  }
+  specula_delta_unit<HK, HV, DK, DV, KC>(t, u, proj, tail, w, negA, dtBias, dst, al, be, padded, true);
+`,
+}
+
+// deltaUnitHeader is the CUDA of one warp's share of the delta-net's
+// preparation (deltaPrepKernel, and the one-launch step deltaStepKernel):
+// specula_delta_unit(t, u, …) prepares unit u of token t — units are the Hk
+// q heads, the Hk k heads and the Hv v heads, each a run of D channels of
+// the convolution, so each lane holds D/32 outputs in registers and a q/k
+// norm is one warp reduction. It writes the unit's D values to dst (q and k
+// L2-normed, q scaled by 1/√Dk), for a v unit the head's α and β to alpha
+// and beta, and, when copy, the unit's channels of the token's padded row
+// (with the tail's rows at t = 0).
+const deltaUnitHeader = `
+template <int HK, int HV, int DK, int DV, int KC, typename TP, typename TW, typename TA, typename TB>
+__device__ __forceinline__ void specula_delta_unit(int t, int u, const TP* proj, const TP* tail, const TW* w, const TA* negA,
+                                                   const TB* dtBias, float* dst, float* alpha, float* beta, TP* padded, bool copy) {
+  constexpr int KD = HK * DK;
+  constexpr int CONV = 2 * KD + HV * DV;
+  constexpr int P = CONV + HV * DV + 2 * HV;
+  constexpr int PER = (DK > DV ? DK : DV) / 32;
+  const int lane = threadIdx.x & 31;
   const int base = u < 2 * HK ? u * DK : 2 * KD + (u - 2 * HK) * DV;
   const int n = u < 2 * HK ? DK / 32 : DV / 32;
   float y[PER];
@@ -61,10 +89,12 @@ var deltaPrepKernel = &mlx.CUDAKernel{
     const float e = 1.f / (1.f + expf(fabsf(acc)));
     y[j] = acc * (acc < 0.f ? e : 1.f - e);
     ss += y[j] * y[j];
-    padded[(size_t)(KC - 1 + t) * CONV + c] = proj[(size_t)t * P + c];
-    if (t == 0) {
+    if (copy) {
+      padded[(size_t)(KC - 1 + t) * CONV + c] = proj[(size_t)t * P + c];
+      if (t == 0) {
 #pragma unroll
-      for (int r = 0; r < KC - 1; ++r) padded[(size_t)r * CONV + c] = tail[(size_t)r * CONV + c];
+        for (int r = 0; r < KC - 1; ++r) padded[(size_t)r * CONV + c] = tail[(size_t)r * CONV + c];
+      }
     }
   }
   if (u < 2 * HK) {
@@ -73,16 +103,13 @@ var deltaPrepKernel = &mlx.CUDAKernel{
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     const bool isq = u < HK;
-    const int head = isq ? u : u - HK;
     const float scale = isq ? (float)(1.0 / sqrt((double)DK) / sqrt((double)DK)) : (float)(1.0 / sqrt((double)DK));
     const float norm = rsqrtf(ss / (float)DK + 1e-6f / (float)DK);
-    float* dst = (isq ? q : k) + ((size_t)t * HK + head) * DK;
 #pragma unroll
     for (int j = 0; j < DK / 32; ++j) dst[lane + 32 * j] = scale * (y[j] * norm);
     return;
   }
   const int h = u - 2 * HK;
-  float* dst = v + ((size_t)t * HV + h) * DV;
 #pragma unroll
   for (int j = 0; j < DV / 32; ++j) dst[lane + 32 * j] = y[j];
   if (lane == 0) {
@@ -93,12 +120,12 @@ var deltaPrepKernel = &mlx.CUDAKernel{
     // (max + log1p(exp(min − max)), or max itself at ±∞).
     const float hi = fmaxf(at, 0.f), lo = fminf(at, 0.f);
     const float sp = isnan(at) ? at : isinf(at) ? hi : hi + log1pf(expf(lo - hi));
-    alpha[(size_t)t * HV + h] = expf(static_cast<float>(negA[h]) * sp);
+    *alpha = expf(static_cast<float>(negA[h]) * sp);
     const float e = 1.f / (1.f + expf(fabsf(bt)));
-    beta[(size_t)t * HV + h] = bt < 0.f ? e : 1.f - e;
+    *beta = bt < 0.f ? e : 1.f - e;
   }
-`,
 }
+`
 
 // useDeltaPrepKernel reports whether deltaPrepKernel can prepare this
 // layer's step: on the GPU, with Dk and Dv multiples of the warp size, a

@@ -22,6 +22,7 @@ var gatedDeltaKernel = &mlx.CUDAKernel{
 	Name:    "specula_gated_delta_scan",
 	Inputs:  []string{"q", "k", "v", "a", "b", "s0"},
 	Outputs: []string{"o", "st"},
+	Header:  deltaRowHeader,
 	Source: `
   const int T = q_shape[1];
   const int lane = threadIdx.x & 31;
@@ -36,29 +37,8 @@ var gatedDeltaKernel = &mlx.CUDAKernel{
 #pragma unroll
   for (int j = 0; j < PER; ++j) s[j] = s0row[lane + 32 * j];
   for (int t = 0; t < T; ++t) {
-    const float at = a[(size_t)t * HV + h];
-    const float bt = b[(size_t)t * HV + h];
-    const float* kt = k + ((size_t)t * HK + hk) * DK;
-    const float* qt = q + ((size_t)t * HK + hk) * DK;
-    float kk[PER];
-    float kv = 0.f;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      kk[j] = kt[lane + 32 * j];
-      s[j] *= at;
-      kv += s[j] * kk[j];
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) kv += __shfl_xor_sync(0xffffffffu, kv, off);
-    const float d = bt * (v[((size_t)t * HV + h) * DV + i] - kv);
-    float ov = 0.f;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      s[j] += d * kk[j];
-      ov += s[j] * qt[lane + 32 * j];
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ov += __shfl_xor_sync(0xffffffffu, ov, off);
+    const float ov = specula_delta_row<PER>(s, k + ((size_t)t * HK + hk) * DK, q + ((size_t)t * HK + hk) * DK,
+                                            a[(size_t)t * HV + h], b[(size_t)t * HV + h], v[((size_t)t * HV + h) * DV + i]);
     if (lane == 0) o[((size_t)t * HV + h) * DV + i] = ov;
     if (EMIT) {
       float* dst = st + (((size_t)t * HV + h) * DV + i) * DK;
@@ -73,6 +53,39 @@ var gatedDeltaKernel = &mlx.CUDAKernel{
   }
 `,
 }
+
+// deltaRowHeader is the CUDA of one token of the gated delta rule for one
+// row of a value head's state (gatedDeltaKernel, and the one-launch step
+// deltaStepKernel): specula_delta_row(s, k, q, α, β, v_i) takes the row's
+// entries this lane holds (lane + 32·j), updates them —
+// S ← α·S; δ ← β·(v_i − S·k); S ← S + δ·k — and returns the row's output
+// S·q to every lane; the two dot products are warp reductions.
+const deltaRowHeader = `
+template <int PER>
+__device__ __forceinline__ float specula_delta_row(float (&s)[PER], const float* kt, const float* qt, float at, float bt, float vi) {
+  const int lane = threadIdx.x & 31;
+  float kk[PER];
+  float kv = 0.f;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    kk[j] = kt[lane + 32 * j];
+    s[j] *= at;
+    kv += s[j] * kk[j];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) kv += __shfl_xor_sync(0xffffffffu, kv, off);
+  const float d = bt * (vi - kv);
+  float ov = 0.f;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    s[j] += d * kk[j];
+    ov += s[j] * qt[lane + 32 * j];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) ov += __shfl_xor_sync(0xffffffffu, ov, off);
+  return ov;
+}
+`
 
 // useScanKernel reports whether the kernel can run: on the GPU of a CUDA
 // build, with Dk a multiple of the warp size. SPECULA_GDN_KERNEL=0 turns it

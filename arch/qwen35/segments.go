@@ -274,9 +274,9 @@ func (m *Model) callSegment(s int, splits [][]int, rows bool, in []*mlx.Array) [
 // runs: a kernel that failed to build is replaced by the graph scan, and
 // SPECULA_GDN_KERNEL=0 turns the kernels off; likewise which of the other
 // fused kernels run: the adds with their norms (nn.AddRMSNormFused), the
-// delta-net's output norm (nn.GatedRMSNormFused) and its preparation
-// (deltaPrepSwitch)): together with the input shapes and dtypes they fix
-// the traced graph.
+// delta-net's output norm (nn.GatedRMSNormFused), its preparation
+// (deltaPrepSwitch) and the three as one launch (deltaStepSwitch)):
+// together with the input shapes and dtypes they fix the traced graph.
 func (m *Model) segmentKey(s int, splits [][]int, rows bool) string {
 	b := strconv.AppendInt(nil, int64(s), 10)
 	b = strconv.AppendBool(b, rows)
@@ -286,6 +286,7 @@ func (m *Model) segmentKey(s int, splits [][]int, rows bool) string {
 	b = strconv.AppendBool(b, nn.AddRMSNormFused())
 	b = strconv.AppendBool(b, nn.GatedRMSNormFused())
 	b = strconv.AppendBool(b, deltaPrepSwitch.On())
+	b = strconv.AppendBool(b, deltaStepSwitch.On())
 	for _, sp := range splits {
 		b = append(b, '|')
 		for _, x := range sp {
