@@ -17,7 +17,8 @@
 #       time, prints one line per package and exits 1 when any failed
 #
 # Environment (run): TIMEOUT per package (default 540s), RUN and SKIP
-# (-test.run / -test.skip regexes for every package), JOBS (default 4),
+# (-test.run / -test.skip regexes for every package), PACKAGES (the
+# packages to run, space-separated; default all), JOBS (default 4),
 # LOGS (each package's -test.v log; default /tmp/specula-gpu-tests);
 # GPU_CHECK=0 runs without a live GPU (every test then passes or skips on
 # the CPU: for trying the script itself).
@@ -84,6 +85,12 @@ run() {
   [ -z "${RUN:-}" ] || args+=(-test.run "$RUN")
   [ -z "${SKIP:-}" ] || args+=(-test.skip "$SKIP")
   local p running=0
+  if [ -n "${PACKAGES:-}" ]; then
+    read -r -a packages <<< "$PACKAGES"
+    for p in "${packages[@]}"; do
+      [ -f "$bin/$(binary "$p")" ] || { echo "gpu-tests: no test binary for package '$p' in $file" >&2; exit 2; }
+    done
+  fi
   for p in "${packages[@]}"; do
     (
       start=$SECONDS
