@@ -28,8 +28,8 @@ import (
 // kernels' within float32 rounding (on the H100, from 7 % of the states to
 // half of the float32 outputs differ in their last bits), not bit for bit. What exact speculative decoding needs
 // holds: a token's arithmetic is its own, so a verification's rows have the
-// bits of the decode steps (both run here; prefills longer than
-// maxEmitRows run the three kernels).
+// bits of the decode steps (both run here; longer prefills run the three
+// kernels).
 //
 // Inputs are the kernels' (the stacked projection, the convolution tail and
 // taps, the gates' parameters, the state s0 [1, Hv, Dv, Dk] float32, the
@@ -112,10 +112,18 @@ var deltaStepKernel = &mlx.CUDAKernel{
 // the state's share at most 128 floats a thread.
 const deltaStepWarps = 4
 
+// maxStepRows bounds the forwards the step kernel runs: decode steps and
+// verifications (up to 17 rows with DFlash's blocks; the rows of a
+// verification must have the bits of the steps) and prefills as short. A
+// block works through its tokens one after the other, about 1.5 µs each
+// by estimate, while the three kernels spread a long prefill's tokens over
+// the whole GPU.
+const maxStepRows = 32
+
 var deltaStepSwitch = nn.NewKernelSwitch("SPECULA_DELTA_STEP", "qwen35: the one-launch delta-net step CUDA kernel failed; using its three kernels")
 
 // deltaStep is deltaMix's preparation, scan and gated norm as one launch
-// (deltaStepKernel) for a forward of up to maxEmitRows rows, from the
+// (deltaStepKernel) for a forward of up to maxStepRows rows, from the
 // stacked projection proj, the convolution tail and the delta state: the
 // gated norm's output [1, L, Hv, Dv] and the cache write, as deltaMix makes
 // them. ok is false where it does not run (off the GPU, switched off by
@@ -128,7 +136,7 @@ func (m *Model) deltaStep(g *deltaWeights, proj, convState, deltaState *mlx.Arra
 	L := proj.Dim(1)
 	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
 	norm, block, ok := nn.GatedNormRow(dv, g.norm, cfg.RMSNormEps, m.dtype)
-	if !ok || !deltaStepSwitch.On() || L > maxEmitRows || !useScanKernel(dk) || !useDeltaPrepKernel(cfg, g, proj, convState) ||
+	if !ok || !deltaStepSwitch.On() || L > maxStepRows || !useScanKernel(dk) || !useDeltaPrepKernel(cfg, g, proj, convState) ||
 		deltaState.DType() != mlx.Float32 || hv%hk != 0 || dv%deltaStepWarps != 0 || 32*deltaStepWarps < block ||
 		dv/deltaStepWarps*dk/32 > 128 {
 		return nil, cache.RecurrentWrite{}, false
