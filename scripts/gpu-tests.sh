@@ -28,7 +28,7 @@
 # mlx needs more than 200 s on a fresh machine: its quantized and compiled
 # tests make MLX compile CUTLASS and fused kernels with NVRTC (one test
 # alone 116 s), which a later run finds in MLX's disk cache. Within a
-# 10-minute call, run mlx first on its own (RUN/SKIP), or skip
+# 10-minute call, run mlx on its own (PACKAGES=mlx), and skip
 # 'MLXFormatParity|TensorParallel' elsewhere (each >145 s).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
