@@ -54,10 +54,6 @@ func TestSpeedupOverPairedRuns(t *testing.T) {
 // every prompt and repeat.
 func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
-	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--repeats", "2", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
 	var out struct {
 		Prompts     int                `json:"prompts"`
 		Plain       struct{ Runs int } `json:"plain"`
@@ -74,9 +70,7 @@ func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 			MatchesPlain *outputCheck `json:"matches_plain"`
 		} `json:"speculative"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-		t.Fatalf("%v: %s", err, stdout)
-	}
+	execSpeculaJSON(t, &out, "bench", "-m", m, "--repeats", "2", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
 	sp := out.Speculative.Spread
 	if out.Prompts != 5 || out.Plain.Runs != 10 || out.Speculative.Runs != 10 || sp.Pairs != 10 ||
 		sp.Median != out.Speculative.Speedup || sp.Low > sp.Median || sp.High < sp.Median || sp.WithinNoise == nil ||
@@ -90,7 +84,7 @@ func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 	}
 	// Sampled runs may leave plain decoding's output (the draft consumes
 	// the random stream differently), so they are not checked.
-	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--temperature", "0.8", "--json", "--quiet")
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--temperature", "0.8", "--json", "--quiet")
 	if code != 0 {
 		t.Fatalf("sampled: exit %d: %s", code, stderr)
 	}
@@ -258,10 +252,6 @@ func TestParsePromptLine(t *testing.T) {
 // runs, and reports the loop split of every drafting mode.
 func TestE2EBenchSweep(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
-	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--sweep", "--depths", "1,3", "--repeats", "1", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
 	var out struct {
 		Prompts int `json:"prompts"`
 		Sweep   []struct {
@@ -277,9 +267,7 @@ func TestE2EBenchSweep(t *testing.T) {
 			} `json:"loop_split"`
 		} `json:"sweep"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-		t.Fatalf("%v: %s", err, stdout)
-	}
+	execSpeculaJSON(t, &out, "bench", "-m", m, "--sweep", "--depths", "1,3", "--repeats", "1", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
 	if len(out.Sweep) != 2 {
 		t.Fatalf("sweep %+v, want depths 1 and 3", out.Sweep)
 	}
@@ -291,7 +279,7 @@ func TestE2EBenchSweep(t *testing.T) {
 			t.Errorf("sweep row %d: %+v", i, s)
 		}
 	}
-	_, stderr, code = execSpecula(t, "bench", "-m", m, "--sweep", "--depths", "1-8", "--quiet")
+	_, stderr, code := execSpecula(t, "bench", "-m", m, "--sweep", "--depths", "1-8", "--quiet")
 	if code != exitUsage || !strings.Contains(stderr, "depth 8 is beyond") || !strings.Contains(stderr, "--depths 1-7") {
 		t.Errorf("depth past the block: exit %d, %s", code, stderr)
 	}
@@ -323,10 +311,6 @@ func TestGoPromptsFile(t *testing.T) {
 // forward among them); plain decoding has no drafting rounds to itemise.
 func TestE2EBenchHostDeviceSplit(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
-	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--split", "--repeats", "1", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
 	type split struct {
 		Rounds    int                `json:"rounds"`
 		RoundMS   float64            `json:"round_ms"`
@@ -341,9 +325,7 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 			HD *split `json:"host_device"`
 		}
 	}
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-		t.Fatalf("%v: %s", err, stdout)
-	}
+	stdout, _ := execSpeculaJSON(t, &out, "bench", "-m", m, "--split", "--repeats", "1", "--warmup", "0", "--max-tokens", "6", "--json", "--quiet")
 	for name, hd := range map[string]*split{"plain": out.Plain.HD, "speculative": out.Speculative.HD} {
 		if hd == nil {
 			t.Errorf("%s: no host_device split in %s", name, stdout)
@@ -370,7 +352,7 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 		}
 	}
 	// Without --split there is no split.
-	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--no-draft", "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--json", "--quiet")
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--no-draft", "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--json", "--quiet")
 	if code != 0 || strings.Contains(stdout, "host_device") {
 		t.Errorf("without --split: exit %d, %s %s", code, stdout, stderr)
 	}
@@ -384,19 +366,13 @@ func TestE2EBenchHostDeviceSplit(t *testing.T) {
 // them (the draft's too). Without --nodes nothing is counted.
 func TestE2EBenchNodes(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
-	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--json", "--quiet")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
 	var out struct {
 		Plain, Speculative struct {
 			Nodes float64            `json:"nodes_per_round"`
 			Ops   map[string]float64 `json:"node_ops_per_round"`
 		}
 	}
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-		t.Fatalf("%v: %s", err, stdout)
-	}
+	execSpeculaJSON(t, &out, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--json", "--quiet")
 	if out.Plain.Nodes < 1 || out.Speculative.Nodes <= out.Plain.Nodes {
 		t.Errorf("nodes per round: plain %v, speculative %v; want a plain step's nodes, and more in a drafting round", out.Plain.Nodes, out.Speculative.Nodes)
 	}
@@ -415,7 +391,7 @@ func TestE2EBenchNodes(t *testing.T) {
 	if p, s := out.Plain.Ops["Matmul"], out.Speculative.Ops["Matmul"]; p < 1 || s <= p {
 		t.Errorf("Matmul nodes per round: plain %v, speculative %v; want a step's products, and more in a drafting round", p, s)
 	}
-	stdout, stderr, code = execSpecula(t, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--quiet")
+	stdout, stderr, code := execSpecula(t, "bench", "-m", m, "--nodes", "--repeats", "1", "--warmup", "0", "--max-tokens", "8", "--quiet")
 	if code != 0 || !strings.Contains(stdout, "graph nodes handed to MLX per step or round") || !strings.Contains(stdout, "\nMatmul ") {
 		t.Errorf("text output with --nodes: exit %d, %s %s", code, stdout, stderr)
 	}
@@ -433,10 +409,6 @@ func TestE2EBenchOracle(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
 	for _, extra := range [][]string{nil, {"--no-draft"}} {
 		args := append([]string{"bench", "-m", m, "--oracle", "--depths", "1,3", "--repeats", "1", "--warmup", "0", "--max-tokens", "9", "--json", "--quiet"}, extra...)
-		stdout, stderr, code := execSpecula(t, args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", extra, code, stderr)
-		}
 		var out struct {
 			Prompts int `json:"prompts"`
 			Oracle  []struct {
@@ -452,9 +424,7 @@ func TestE2EBenchOracle(t *testing.T) {
 				} `json:"matches_plain"`
 			} `json:"oracle"`
 		}
-		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-			t.Fatalf("%v: %v: %s", extra, err, stdout)
-		}
+		execSpeculaJSON(t, &out, args...)
 		if len(out.Oracle) != 2 {
 			t.Fatalf("%v: oracle rows %+v, want depths 1 and 3", extra, out.Oracle)
 		}

@@ -47,6 +47,21 @@ func execSpecula(t *testing.T, args ...string) (string, string, int) {
 	return runCommand(t, cmd)
 }
 
+// execSpeculaJSON runs specula with args that print one JSON document
+// (--json), fails the test unless it exits 0 with a document that decodes
+// into out, and returns what it printed for further checks.
+func execSpeculaJSON(t *testing.T, out any, args ...string) (stdout, stderr string) {
+	t.Helper()
+	stdout, stderr, code := execSpecula(t, args...)
+	if code != 0 {
+		t.Fatalf("specula %v: exit %d\n%s", args, code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), out); err != nil {
+		t.Fatalf("specula %v printed %q: %v", args, stdout, err)
+	}
+	return stdout, stderr
+}
+
 // runCommand runs cmd and returns stdout, stderr and the exit code.
 func runCommand(t *testing.T, cmd *exec.Cmd) (string, string, int) {
 	t.Helper()
@@ -135,13 +150,7 @@ func TestE2ERunWithAndWithoutDraft(t *testing.T) {
 			}
 			for i, extra := range [][]string{nil, {"--no-draft"}} {
 				args := append([]string{"run", "-m", m, "--ids", joinIDs(prompt), "--json"}, extra...)
-				stdout, stderr, code := execSpecula(t, args...)
-				if code != 0 {
-					t.Fatalf("specula %v: exit %d\n%s", args, code, stderr)
-				}
-				if err := json.Unmarshal([]byte(stdout), &results[i]); err != nil {
-					t.Fatalf("run --json printed %q: %v", stdout, err)
-				}
+				execSpeculaJSON(t, &results[i], args...)
 			}
 			spec, plain := results[0], results[1]
 			if !slices.Equal(spec.IDs, plain.IDs) || !slices.Equal(plain.IDs, greedy) {

@@ -97,13 +97,7 @@ func TestE2ELaunchTensorParallelRun(t *testing.T) {
 	var results [2]runOutcome
 	for i, pre := range [][]string{nil, {"launch", "-n", "2", "--"}} {
 		args := append(pre, "run", "-m", m, "--ids", joinIDs(prompt), "--json")
-		stdout, stderr, code := execSpecula(t, args...)
-		if code != 0 {
-			t.Fatalf("specula %v: exit %d\n%s", args, code, stderr)
-		}
-		if err := json.Unmarshal([]byte(stdout), &results[i]); err != nil {
-			t.Fatalf("specula %v printed %q: %v", args, stdout, err)
-		}
+		execSpeculaJSON(t, &results[i], args...)
 	}
 	single, sharded := results[0], results[1]
 	if !slices.Equal(single.IDs, greedy) || !slices.Equal(sharded.IDs, greedy) {
@@ -209,14 +203,8 @@ func TestE2ELaunchAcrossTwoHosts(t *testing.T) {
 	prompt, greedy := fixturePrompt(t)
 	m := fixtureManifest(t, "dflash2-tiny")
 	run := []string{"run", "-m", m, "--ids", joinIDs(prompt), "--json"}
-	stdout, stderr, code := execSpecula(t, run...)
-	if code != 0 {
-		t.Fatalf("single process: exit %d\n%s", code, stderr)
-	}
 	var single runOutcome
-	if err := json.Unmarshal([]byte(stdout), &single); err != nil {
-		t.Fatalf("single process printed %q: %v", stdout, err)
-	}
+	execSpeculaJSON(t, &single, run...)
 	if !slices.Equal(single.IDs, greedy) || single.Stats.Drafted == 0 {
 		t.Fatalf("single process: ids %v (reference %v), %d drafted", single.IDs, greedy, single.Stats.Drafted)
 	}

@@ -215,13 +215,7 @@ func speculativeEqualsPlain(t *testing.T, target, draft string, selector bool) {
 	}
 	for i, extra := range [][]string{nil, {"--no-draft"}} {
 		args := append([]string{"run", "-m", manifest, "--ids", joinIDs(prompt), "--json"}, extra...)
-		stdout, stderr, code := execSpecula(t, args...)
-		if code != 0 {
-			t.Fatalf("specula %v: exit %d\n%s", args, code, stderr)
-		}
-		if err := json.Unmarshal([]byte(stdout), &results[i]); err != nil {
-			t.Fatalf("run --json printed %q: %v", stdout, err)
-		}
+		execSpeculaJSON(t, &results[i], args...)
 	}
 	if !slices.Equal(results[0].IDs, results[1].IDs) || len(results[0].IDs) != 32 || results[0].Stats.Drafted == 0 {
 		t.Fatalf("with the draft %v (drafted %d)\nwithout %v", results[0].IDs, results[0].Stats.Drafted, results[1].IDs)

@@ -22,14 +22,8 @@ import (
 // runJSONText runs `specula run --json` and returns its text and token count.
 func runJSONText(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	stdout, stderr, code := execSpecula(t, append([]string{"run", "--json", "--quiet"}, args...)...)
-	if code != 0 {
-		t.Fatalf("specula run %v: exit %d: %s", args, code, stderr)
-	}
 	var out runOutput
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-		t.Fatal(err)
-	}
+	execSpeculaJSON(t, &out, append([]string{"run", "--json", "--quiet"}, args...)...)
 	return out.Text, len(out.IDs)
 }
 
