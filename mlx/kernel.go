@@ -29,6 +29,12 @@ type CUDAKernel struct {
 	Header  string
 	Inputs  []string
 	Outputs []string
+	// Strided takes the inputs as they are: a view (a slice of a cache's
+	// buffer) is not copied to a row-contiguous array first, and the source
+	// indexes it by `<input>_strides` (elements per step of each axis). A
+	// kernel that reads such views this way saves a copy, and a launch, per
+	// input.
+	Strided bool
 
 	mu  sync.Mutex
 	fns map[string]C.spx_cuda_fn // by input dtypes (dtypeKey)
@@ -81,7 +87,8 @@ type KernelLaunch struct {
 var ErrNoCUDA = errors.New("mlx: custom CUDA kernels need the GPU device of a CUDA build")
 
 // Run launches the kernel on the GPU stream; inputs are made row-contiguous
-// first. It returns the outputs (lazy, like any op).
+// first, unless the kernel is Strided. It returns the outputs (lazy, like
+// any op).
 func (k *CUDAKernel) Run(inputs []*Array, l KernelLaunch) ([]*Array, error) {
 	mustWorker()
 	if device != GPU {
@@ -171,9 +178,13 @@ func (k *CUDAKernel) function(inputs []*Array) (C.spx_cuda_fn, error) {
 	for i, n := range k.Outputs {
 		outNames[i] = cs.add(n)
 	}
+	rowContiguous := C.int(1)
+	if k.Strided {
+		rowContiguous = 0
+	}
 	var fn C.spx_cuda_fn
 	rc := C.spx_cuda_fn_new(&fn, cs.add(k.CompiledName(dts)), cs.add(k.Source), cs.add(k.Header),
-		&inNames[0], C.size_t(len(inNames)), &outNames[0], C.size_t(len(outNames)))
+		&inNames[0], C.size_t(len(inNames)), &outNames[0], C.size_t(len(outNames)), rowContiguous)
 	if err := status(rc); err != nil {
 		return fn, err
 	}

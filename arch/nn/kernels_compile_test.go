@@ -38,6 +38,28 @@ func TestKernelsCompile(t *testing.T) {
 			})
 		})
 	}
+	// Attention of a few rows: heads of 64, 128 and 256 (Qwen3.5's), in
+	// every float dtype; the merge writes the queries' dtype.
+	f16 := mlx.Float16
+	for _, dt := range []mlx.DType{bf16, f16, f32} {
+		for _, d := range []int{64, 128, 256} {
+			t.Run(fmt.Sprintf("rows_attention/%v/D%d", dt, d), func(t *testing.T) {
+				mlxtest.CompileCUDA(t, rowsAttentionPartKernel, []mlx.DType{dt, dt, dt}, mlx.KernelLaunch{
+					OutputDTypes: []mlx.DType{f32},
+					Templates: []mlx.KernelTemplate{
+						{Name: "D", Value: d}, {Name: "R", Value: 4}, {Name: "NW", Value: rowsAttentionWarps},
+						{Name: "C", Value: rowsAttentionChunk}, {Name: "SCALE", Value: int(math.Float32bits(0.0625))},
+					},
+					Block: [3]int{32 * rowsAttentionWarps, 1, 1},
+				})
+				mlxtest.CompileCUDA(t, rowsAttentionMergeKernel, []mlx.DType{f32}, mlx.KernelLaunch{
+					OutputDTypes: []mlx.DType{dt},
+					Templates:    []mlx.KernelTemplate{{Name: "D", Value: d}, {Name: "OT", Value: int(dt)}},
+					Block:        [3]int{32, 1, 1},
+				})
+			})
+		}
+	}
 	eps := int(math.Float32bits(1e-6))
 	for _, dt := range []mlx.DType{bf16, f32} {
 		// The hidden sizes of Qwen3.5 0.8B, 4B and 27B, and a small one.

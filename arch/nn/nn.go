@@ -166,14 +166,38 @@ func MergeHeads(x *mlx.Array) *mlx.Array {
 // make its own.
 func CachedAttention(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx.Array) *mlx.Array {
 	kh, vh := c.Update(k, v)
+	return attend(q, kh, vh, scale, causal)
+}
+
+// CachedAttentionRows is CachedAttention with the output in the layout an
+// output projection reads, [B, L, Hq, D]: on the GPU, for the few rows of a
+// step or a verification, RowsAttention's two launches (with
+// SPECULA_ROWS_ATTENTION=1), else CachedAttention's result transposed.
+// causal must be nil or CausalMask(L, the cache's offset before the write).
+func CachedAttentionRows(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx.Array) *mlx.Array {
+	kh, vh := c.Update(k, v)
+	checkCausal(q, kh, causal)
+	if o := RowsAttention(q, kh, vh, scale); o != nil {
+		return o
+	}
+	return mlx.Transpose(attend(q, kh, vh, scale, causal), 0, 2, 1, 3)
+}
+
+// attend is CachedAttention's attention of q over the history kh, vh.
+func attend(q, kh, vh *mlx.Array, scale float32, causal *mlx.Array) *mlx.Array {
 	if causal == nil {
 		return mlx.ScaledDotProductAttention(q, kh, vh, scale, mlx.AttentionMask{Causal: q.Dim(2) > 1})
 	}
-	if causal.Dim(0) != q.Dim(2) || causal.Dim(1) != kh.Dim(2) {
+	checkCausal(q, kh, causal)
+	return mlx.ScaledDotProductAttention(q, kh, vh, scale, mlx.AttentionMask{Array: causal})
+}
+
+// checkCausal panics unless causal is nil or spans q's rows and kh's slots.
+func checkCausal(q, kh, causal *mlx.Array) {
+	if causal != nil && (causal.Dim(0) != q.Dim(2) || causal.Dim(1) != kh.Dim(2)) {
 		panic(fmt.Sprintf("nn: CachedAttention got a causal mask %v for %d queries over %d slots (make it with CausalMask(L, the cache's offset before the write))",
 			causal.Shape(), q.Dim(2), kh.Dim(2)))
 	}
-	return mlx.ScaledDotProductAttention(q, kh, vh, scale, mlx.AttentionMask{Array: causal})
 }
 
 // CausalMask is the boolean mask [L, offset+L] of an L-row block written at

@@ -283,7 +283,7 @@ func (m *Model) attentionCore(q, k, v *mlx.Array, offset int, c *cache.KV, causa
 	q = m.rope.Apply(mlx.Transpose(q, 0, 2, 1, 3), offset)
 	k = m.rope.Apply(mlx.Transpose(k, 0, 2, 1, 3), offset)
 	v = mlx.Transpose(v, 0, 2, 1, 3)
-	return mlx.Transpose(nn.CachedAttention(q, k, v, c, float32(1/math.Sqrt(float64(d))), causal), 0, 2, 1, 3)
+	return nn.CachedAttentionRows(q, k, v, c, float32(1/math.Sqrt(float64(d))), causal)
 }
 
 // attentionOutput gates the attention output o [1, L, Hq, D] and projects

@@ -1037,12 +1037,13 @@ int spx_gather_mm(spx_array* out, spx_array a, spx_array b,
 
 int spx_cuda_fn_new(spx_cuda_fn* out, const char* name, const char* source,
                     const char* header, const char* const* input_names,
-                    size_t nin, const char* const* output_names, size_t nout) {
+                    size_t nin, const char* const* output_names, size_t nout,
+                    int row_contiguous) {
   SPX_TRY
   std::vector<std::string> in_names(input_names, input_names + nin);
   std::vector<std::string> out_names(output_names, output_names + nout);
   out->fn = new mx::fast::CustomKernelFunction(mx::fast::cuda_kernel(
-      name, in_names, out_names, source, header ? header : "", true, 0));
+      name, in_names, out_names, source, header ? header : "", row_contiguous != 0, 0));
   SPX_CATCH
 }
 

@@ -426,11 +426,15 @@ typedef struct {
  * outputs `T* name`; `<in>_shape`, `<in>_strides` and `<in>_ndim` in the
  * source also pass an input's shape, strides and rank). name is also the compiled module's name, which MLX caches by name
  * alone, in the process and on disk: it must change whenever the compiled
- * text would. The function lives as long as the process (a kernel is made
- * once per input dtypes and kept). */
+ * text would. With row_contiguous, MLX copies every input that is not
+ * row-contiguous before the launch; without, inputs come as they are (a
+ * view's data pointer; the kernel indexes them by <in>_strides). The
+ * function lives as long as the process (a kernel is made once per input
+ * dtypes and kept). */
 int spx_cuda_fn_new(spx_cuda_fn* out, const char* name, const char* source,
                     const char* header, const char* const* input_names,
-                    size_t nin, const char* const* output_names, size_t nout);
+                    size_t nin, const char* const* output_names, size_t nout,
+                    int row_contiguous);
 
 /* Launches fn on inputs. out_shapes holds the output shapes back to back,
  * out_ndims their ranks. Template constants are ints (kind 0) or bools
