@@ -57,7 +57,7 @@ func TestRowsAttentionMatchesTheReference(t *testing.T) {
 							f32 := func(a *mlx.Array) *mlx.Array { return mlx.AsType(a, mlx.Float32) }
 							want := mlx.ScaledDotProductAttention(f32(q), f32(k), f32(v), scale, mlx.AttentionMask{Array: nn.CausalMask(L, T-L)})
 							want = mlx.Transpose(want, 0, 2, 1, 3)
-							nearPerRow(t, name, t.Float32s(got), t.Float32s(want), d, tol)
+							t.NearPerGroup(name, t.Float32s(got), t.Float32s(want), d, tol)
 							mlx.Sweep()
 						}
 					}
@@ -108,25 +108,4 @@ func TestRowsAttentionDeclinesWhenOff(t *testing.T) {
 			t.Fatalf("RowsAttention ran with SPECULA_ROWS_ATTENTION unset")
 		}
 	})
-}
-
-// nearPerRow fails unless got and want agree within rel times the largest
-// |want| of each run of group values (one head of one row), logging how
-// many values differ in any bit.
-func nearPerRow(t *mlxtest.T, what string, got, want []float32, group int, rel float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	for lo := 0; lo < len(want); lo += group {
-		scale := 0.0
-		for _, w := range want[lo : lo+group] {
-			scale = math.Max(scale, math.Abs(float64(w)))
-		}
-		for i := lo; i < lo+group; i++ {
-			if diff := math.Abs(float64(got[i] - want[i])); !(diff <= rel*scale) {
-				t.Fatalf("%s[%d] = %g, want %g (largest of its head %g)", what, i, got[i], want[i], scale)
-			}
-		}
-	}
 }

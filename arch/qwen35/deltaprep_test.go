@@ -2,7 +2,6 @@ package qwen35
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/specula-dev/specula/mlx"
@@ -92,7 +91,7 @@ func TestDeltaPrepKernelMatchesGraph(t *testing.T) {
 							t.SameBits(what, t.Float32s(got[i]), t.Float32s(w))
 							continue
 						}
-						assertNear(t, what, t.Float32s(got[i]), t.Float32s(w), groups[i], 1e-5)
+						t.NearPerGroup(what, t.Float32s(got[i]), t.Float32s(w), groups[i], 1e-5)
 					}
 					mlx.Sweep()
 				}
@@ -138,24 +137,4 @@ func TestDeltaPrepKernelRowsIndependentOfL(t *testing.T) {
 			mlx.Sweep()
 		}
 	})
-}
-
-// assertNear fails unless got and want agree within rel times the largest
-// |want| of each run of group consecutive values.
-func assertNear(t *mlxtest.T, what string, got, want []float32, group int, rel float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	for lo := 0; lo < len(want); lo += group {
-		scale := 0.0
-		for _, w := range want[lo : lo+group] {
-			scale = math.Max(scale, math.Abs(float64(w)))
-		}
-		for i := lo; i < lo+group; i++ {
-			if d := math.Abs(float64(got[i] - want[i])); !(d <= rel*scale) {
-				t.Fatalf("%s[%d] = %g, want %g (run max %g)", what, i, got[i], want[i], scale)
-			}
-		}
-	}
 }

@@ -176,7 +176,7 @@ func yTol(dtype mlx.DType) float64 {
 	return 1e-5
 }
 
-// nearBits asserts assertNear and logs how many values differ in any bit.
+// nearBits asserts NearPerGroup and logs how many values differ in any bit.
 func nearBits(t *mlxtest.T, what string, got, want []float32, group int, rel float64) {
 	t.Helper()
 	differ := 0
@@ -186,5 +186,5 @@ func nearBits(t *mlxtest.T, what string, got, want []float32, group int, rel flo
 		}
 	}
 	t.Logf("%s: %d of %d values differ in some bit", what, differ, len(want))
-	assertNear(t, what, got, want, group, rel)
+	t.NearPerGroup(what, got, want, group, rel)
 }

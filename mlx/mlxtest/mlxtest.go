@@ -156,6 +156,28 @@ func (t *T) Shape(a *mlx.Array, want ...int) {
 	}
 }
 
+// NearPerGroup fails the test unless got and want agree within rel times
+// the largest |want| of each run of group consecutive values (a head, a
+// row): a bound relative to the run's scale, since one per element would
+// fail where the values cancel to near zero. what names the values.
+func (t *T) NearPerGroup(what string, got, want []float32, group int, rel float64) {
+	t.TB.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for lo := 0; lo < len(want); lo += group {
+		scale := 0.0
+		for _, w := range want[lo:min(lo+group, len(want))] {
+			scale = math.Max(scale, math.Abs(float64(w)))
+		}
+		for i := lo; i < min(lo+group, len(want)); i++ {
+			if d := math.Abs(float64(got[i] - want[i])); !(d <= rel*scale) {
+				t.Fatalf("%s[%d] = %g, want %g (largest of its run %g)", what, i, got[i], want[i], scale)
+			}
+		}
+	}
+}
+
 // SameBits fails the test unless got and want hold the same float32 bits
 // (bfloat16 and float16 values widen to float32 exactly, so this compares
 // them bit for bit too); what names the values in the message.
