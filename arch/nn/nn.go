@@ -176,8 +176,8 @@ func CachedAttention(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx
 // causal must be nil or CausalMask(L, the cache's offset before the write).
 func CachedAttentionRows(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx.Array) *mlx.Array {
 	kh, vh := c.Update(k, v)
-	checkCausal(q, kh, causal)
 	if o := RowsAttention(q, kh, vh, scale); o != nil {
+		checkCausal(q, kh, causal)
 		return o
 	}
 	return mlx.Transpose(attend(q, kh, vh, scale, causal), 0, 2, 1, 3)

@@ -2,7 +2,6 @@ package nn
 
 import (
 	"math"
-	"os"
 
 	"github.com/specula-dev/specula/mlx"
 )
@@ -176,24 +175,20 @@ const rowsAttentionWarps = 4
 // and verifications, whose attention is launch-bound; prefills keep MLX's.
 const maxAttentionRows = 32
 
-var rowsAttentionSwitch = NewKernelSwitch("SPECULA_ROWS_ATTENTION", "nn: the few-row attention CUDA kernels failed; using MLX's attention")
-
-// RowsAttentionOn reports whether RowsAttention may launch its kernels: on
-// the GPU, with SPECULA_ROWS_ATTENTION=1 (off by default until measured),
-// and no launch failed.
-func RowsAttentionOn() bool {
-	return os.Getenv("SPECULA_ROWS_ATTENTION") == "1" && rowsAttentionSwitch.On()
-}
+// rowsAttentionSwitch is on with SPECULA_ROWS_ATTENTION=1 only, until the
+// kernels are measured on a GPU.
+var rowsAttentionSwitch = NewOptInKernelSwitch("SPECULA_ROWS_ATTENTION", "nn: the few-row attention CUDA kernels failed; using MLX's attention")
 
 // RowsAttention is causal attention of q [1, Hq, L, D], the last L rows
 // written, over the cache history k and v [1, Hkv, T, D] (T ≥ L, views
 // welcome) with the given scale, as two launches: row i sees keys 0 … T−L+i.
 // It returns o [1, L, Hq, D] in q's dtype (the layout the output projection
-// reads), or nil where it does not apply: see RowsAttentionOn, and it takes
+// reads), or nil where it does not apply: off the GPU, without
+// SPECULA_ROWS_ATTENTION=1, after a failed launch; and it takes
 // 1 to 32 rows, Hq a multiple of Hkv, D a multiple of 32 up to 256, and one
 // float dtype for all three.
 func RowsAttention(q, k, v *mlx.Array, scale float32) *mlx.Array {
-	if !RowsAttentionOn() || q.NDim() != 4 || k.NDim() != 4 || v.NDim() != 4 {
+	if !rowsAttentionSwitch.On() || q.NDim() != 4 || k.NDim() != 4 || v.NDim() != 4 {
 		return nil
 	}
 	hq, L, d := q.Dim(1), q.Dim(2), q.Dim(3)
