@@ -63,7 +63,7 @@ __device__ __forceinline__ void specula_gated_norm_row(const float* xr, const TG
     for (int j = 0; j < NREADS; ++j) {
       const int c = (BLOCK * i + (int)threadIdx.x) * NREADS + j;
       v[i * NREADS + j] = in && c < D ? xr[c] : 0.f;
-      acc += v[i * NREADS + j] * v[i * NREADS + j];
+      acc = __fmaf_rn(v[i * NREADS + j], v[i * NREADS + j], acc);
     }
   }
   acc = specula_block_sum<BLOCK>(acc);

@@ -36,7 +36,7 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 	conv, value := cfg.ConvDim(), cfg.ValueDim()
 	proj := g.in.Forward(x)
 	if o, w, ok := m.deltaStep(g, proj, convState, deltaState, splits, rows); ok {
-		return g.out.Forward(mlx.Reshape(o, 1, L, value)), w
+		return g.out.Forward(o), w
 	}
 	q, k, v, alpha, beta, padded := deltaPrep(cfg, g, proj, convState)
 

@@ -83,12 +83,15 @@ __device__ __forceinline__ void specula_delta_unit(int t, int u, const TP* proj,
       const int row = t + r;
       const float x = row < KC - 1 ? static_cast<float>(tail[(size_t)row * CONV + c])
                                    : static_cast<float>(proj[(size_t)(row - (KC - 1)) * P + c]);
-      const float p = x * static_cast<float>(w[(size_t)r * CONV + c]);
-      acc = r == 0 ? p : acc + p;
+      // Rounded as written (no contraction left to the compiler, which
+      // may fuse either of the first two products into the add): the
+      // fused step and the three kernels then agree bit for bit.
+      const float wc = static_cast<float>(w[(size_t)r * CONV + c]);
+      acc = r == 0 ? __fmul_rn(x, wc) : __fmaf_rn(x, wc, acc);
     }
     const float e = 1.f / (1.f + expf(fabsf(acc)));
     y[j] = acc * (acc < 0.f ? e : 1.f - e);
-    ss += y[j] * y[j];
+    ss = __fmaf_rn(y[j], y[j], ss);
     if (copy) {
       padded[(size_t)(KC - 1 + t) * CONV + c] = proj[(size_t)t * P + c];
       if (t == 0) {

@@ -125,7 +125,8 @@ var deltaStepSwitch = nn.NewKernelSwitch("SPECULA_DELTA_STEP", "qwen35: the one-
 // deltaStep is deltaMix's preparation, scan and gated norm as one launch
 // (deltaStepKernel) for a forward of up to maxStepRows rows, from the
 // stacked projection proj, the convolution tail and the delta state: the
-// gated norm's output [1, L, Hv, Dv] and the cache write, as deltaMix makes
+// gated norm's output [1, L, Hv·Dv] (as the output projection takes it, so
+// no reshape node per layer and step) and the cache write, as deltaMix makes
 // them. ok is false where it does not run (off the GPU, switched off by
 // SPECULA_DELTA_STEP=0, any of the three kernels off or not taking these
 // operands, a longer forward — a prefill, whose tokens the three kernels
@@ -150,7 +151,7 @@ func (m *Model) deltaStep(g *deltaWeights, proj, convState, deltaState *mlx.Arra
 	}
 	conv, tail := cfg.ConvDim(), cfg.ConvKernel-1
 	outs, err := deltaStepKernel.Run([]*mlx.Array{proj, convState, g.conv, g.negA, g.dtBias, deltaState, g.norm}, mlx.KernelLaunch{
-		OutputShapes: [][]int{{1, L, hv, dv}, {stRows, hv, dv, dk}, {1, tail + L, conv}},
+		OutputShapes: [][]int{{1, L, hv * dv}, {stRows, hv, dv, dk}, {1, tail + L, conv}},
 		OutputDTypes: []mlx.DType{m.dtype, mlx.Float32, proj.DType()},
 		Grid:         [3]int{32 * deltaStepWarps * hv, 1, 1},
 		Block:        [3]int{32 * deltaStepWarps, 1, 1},

@@ -93,7 +93,7 @@ func TestDeltaStepMatchesThreeKernels(t *testing.T) {
 							t.Fatalf("%s: the step kernel did not run (SPECULA_DELTA_STEP=0, or a kernel switched off?)", name)
 						}
 						wantY, wantSt, wantPadded := c.threeKernels(t, emit)
-						t.Shape(y, 1, L, lay.hv, lay.dv)
+						t.Shape(y, 1, L, lay.hv*lay.dv)
 						if y.DType() != dtype {
 							t.Fatalf("%s: output is %v, want %v", name, y.DType(), dtype)
 						}

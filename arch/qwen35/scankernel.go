@@ -60,6 +60,9 @@ var gatedDeltaKernel = &mlx.CUDAKernel{
 // entries this lane holds (lane + 32·j), updates them —
 // S ← α·S; δ ← β·(v_i − S·k); S ← S + δ·k — and returns the row's output
 // S·q to every lane; the two dot products are warp reductions.
+// Every product and sum is rounded as written (__fmul_rn, __fmaf_rn): left
+// to the compiler, contraction into FMAs may differ between the kernels
+// that inline it, and the step's bits would then differ from the scan's.
 const deltaRowHeader = `
 template <int PER>
 __device__ __forceinline__ float specula_delta_row(float (&s)[PER], const float* kt, const float* qt, float at, float bt, float vi) {
@@ -69,17 +72,17 @@ __device__ __forceinline__ float specula_delta_row(float (&s)[PER], const float*
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     kk[j] = kt[lane + 32 * j];
-    s[j] *= at;
-    kv += s[j] * kk[j];
+    s[j] = __fmul_rn(s[j], at);
+    kv = __fmaf_rn(s[j], kk[j], kv);
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) kv += __shfl_xor_sync(0xffffffffu, kv, off);
-  const float d = bt * (vi - kv);
+  const float d = __fmul_rn(bt, __fsub_rn(vi, kv));
   float ov = 0.f;
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
-    s[j] += d * kk[j];
-    ov += s[j] * qt[lane + 32 * j];
+    s[j] = __fmaf_rn(d, kk[j], s[j]);
+    ov = __fmaf_rn(s[j], qt[lane + 32 * j], ov);
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) ov += __shfl_xor_sync(0xffffffffu, ov, off);
