@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 
@@ -48,5 +49,44 @@ func TestChainedRoundsOnRealCaches(t *testing.T) {
 				t.Logf("prompt %d, depth %d: %d drafting rounds, %d chained, %d dropped", i, depth, st.DraftRounds, st.ChainedRounds, st.ChainedDropped)
 			}
 		})
+	}
+}
+
+// A drafting round emits its accepted tokens at once, the first round
+// among them: the decode rate leaves those out (they came with the first
+// token, not after it), or an oracle accepting 7 of 7 would be credited
+// with 8 tokens decoded in no time. Plain decoding emits one at a time.
+func TestDecodeRateLeavesOutTheFirstRound(t *testing.T) {
+	ref := loadReference(t, "qwen35-tiny")
+	e := load(t, writeManifestFor(t, "qwen35-tiny", "", ""))
+	prompt := ref.PromptIDs[:12]
+	const tokens, depth = 24, 7
+	plain, err := e.Generate(context.Background(), engine.Request{IDs: prompt, MaxTokens: tokens}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.FirstEmitted != 1 {
+		t.Fatalf("plain decoding: %d tokens with the first, want 1", plain.FirstEmitted)
+	}
+	oracle, err := e.Generate(context.Background(), engine.Request{IDs: prompt, MaxTokens: tokens,
+		Drafter: speculation.NewOracle(slices.Concat(prompt, plain.IDs), depth), FixedDepth: depth}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(oracle.IDs, plain.IDs) {
+		t.Fatalf("oracle %v, plain %v", oracle.IDs, plain.IDs)
+	}
+	if oracle.Stats.Accepted != oracle.Stats.Drafted {
+		t.Fatalf("the oracle had %d of %d drafts accepted; this test needs every one", oracle.Stats.Accepted, oracle.Stats.Drafted)
+	}
+	// The first round: 7 drafts accepted, and the target's token after them.
+	if oracle.FirstEmitted != depth+1 {
+		t.Fatalf("oracle: %d tokens with the first, want %d", oracle.FirstEmitted, depth+1)
+	}
+	for _, r := range []*engine.Response{plain, oracle} {
+		want := float64(tokens-r.FirstEmitted) / r.DecodeTime.Seconds()
+		if got := r.TokensPerSecond(); math.Abs(got-want) > 1e-9*want {
+			t.Errorf("%d tokens, %d with the first, decoded in %v: %.3f tok/s, want %.3f", tokens, r.FirstEmitted, r.DecodeTime, got, want)
+		}
 	}
 }

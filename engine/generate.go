@@ -174,6 +174,10 @@ type Response struct {
 	CachedTokens int
 	// FirstTokenTime is the time from the call to the first emitted token.
 	FirstTokenTime time.Duration
+	// FirstEmitted is the number of tokens emitted with the first, by the
+	// same round: 1 for plain decoding, up to the depth + 1 for a drafting
+	// round (0 when nothing was emitted).
+	FirstEmitted int
 	// DecodeTime is the time from the first emitted token to the last.
 	DecodeTime time.Duration
 	// DecodeEval is the part of DecodeTime spent inside MLX's evaluation,
@@ -186,12 +190,17 @@ type Response struct {
 	Total time.Duration
 }
 
-// TokensPerSecond is the decode rate after the first token.
+// TokensPerSecond is the decode rate after the first emission: the tokens
+// emitted after the first round's over DecodeTime. The first round's tokens
+// (FirstEmitted; taken as 1 when unset) arrive with the first token, so
+// counting them would credit a drafting request with tokens decoded in no
+// time — one round's worth of speedup that is not there.
 func (r *Response) TokensPerSecond() float64 {
-	if len(r.IDs) < 2 || r.DecodeTime <= 0 {
+	n := len(r.IDs) - max(r.FirstEmitted, 1)
+	if n < 1 || r.DecodeTime <= 0 {
 		return 0
 	}
-	return float64(len(r.IDs)-1) / r.DecodeTime.Seconds()
+	return float64(n) / r.DecodeTime.Seconds()
 }
 
 // defaultMaxTokens bounds requests that set no budget.
@@ -298,6 +307,9 @@ func (e *Engine) Generate(ctx context.Context, req Request, onToken func(Token) 
 			now, ev := time.Now(), mlx.EvalTiming()
 			if firstAt.IsZero() {
 				firstAt, firstEval = now, ev
+			}
+			if d.Emissions() == 1 {
+				resp.FirstEmitted++
 			}
 			lastAt, lastEval = now, ev
 			resp.IDs = append(resp.IDs, id)

@@ -98,6 +98,10 @@ type Decoder struct {
 	// is not chained on, since a wrong guess costs the device a whole
 	// verification.
 	missed bool
+
+	// emissions is the number of rounds whose tokens Run has begun to
+	// emit (Emissions).
+	emissions int
 }
 
 // Decoder starts decoding after seed, which will take slot position.
@@ -109,6 +113,12 @@ func (s *Session) Decoder(seed int32, position int) *Decoder {
 
 // Position is the slot the next forwarded token takes.
 func (d *Decoder) Position() int { return d.position }
+
+// Emissions is the number of rounds whose tokens Run has begun to emit: 1
+// while the first round's go out. A drafting round emits several tokens at
+// once, so a decode rate that starts its clock at the first token must not
+// count that round's others as decoded in no time (engine.Response).
+func (d *Decoder) Emissions() int { return d.emissions }
 
 // Next runs one round and returns the tokens it emits: at least one and at
 // most remaining (>= 1).
@@ -514,6 +524,7 @@ func Run(ctx context.Context, d *Decoder, budget int, emit func(tok int32) error
 		if err != nil {
 			return res, err
 		}
+		d.emissions++
 		for i, tok := range toks {
 			res.Tokens = append(res.Tokens, tok)
 			if d.s.core.IsEOS(tok) {
