@@ -10,15 +10,13 @@ import (
 
 // KernelSwitch is the on/off state of one of our CUDA kernels that stands in
 // for a few MLX ops on the GPU: on by default, off when its environment
-// variable is "0" (to measure or to compare against MLX's ops) — a kernel
-// not yet measured (NewOptInKernelSwitch) is off unless it is "1" — and
-// off for the rest of the process once a launch has failed (MLX's ops take
+// variable is "0" (to measure or to compare against MLX's ops), and off
+// for the rest of the process once a launch has failed (MLX's ops take
 // over, with one warning). Whoever keeps traced graphs keys them on On: the choice
 // changes the graph.
 type KernelSwitch struct {
 	env      string
 	fallback string
-	optIn    bool // off unless env is "1" (a kernel not yet measured)
 	broken   atomic.Bool
 }
 
@@ -29,21 +27,11 @@ func NewKernelSwitch(env, fallback string) *KernelSwitch {
 	return &KernelSwitch{env: env, fallback: fallback}
 }
 
-// NewOptInKernelSwitch is NewKernelSwitch for a kernel that is off by
-// default (written, not yet measured on a GPU): env=1 turns it on.
-func NewOptInKernelSwitch(env, fallback string) *KernelSwitch {
-	return &KernelSwitch{env: env, fallback: fallback, optIn: true}
-}
-
 // On reports whether the kernel may launch: on the GPU of a CUDA build,
-// unless its variable is "0" (for an opt-in kernel: unless it is "1") or a
-// launch has failed.
+// unless its variable is "0" or a launch has failed.
 func (s *KernelSwitch) On() bool {
 	if mlx.CurrentDevice() != mlx.GPU || s.broken.Load() {
 		return false
-	}
-	if s.optIn {
-		return os.Getenv(s.env) == "1"
 	}
 	return os.Getenv(s.env) != "0"
 }

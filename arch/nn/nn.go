@@ -171,8 +171,8 @@ func CachedAttention(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx
 
 // CachedAttentionRows is CachedAttention with the output in the layout an
 // output projection reads, [B, L, Hq, D]: on the GPU, for the few rows of a
-// step or a verification, RowsAttention's two launches (with
-// SPECULA_ROWS_ATTENTION=1), else CachedAttention's result transposed.
+// step or a verification, RowsAttention's two launches (unless
+// SPECULA_ROWS_ATTENTION=0), else CachedAttention's result transposed.
 // causal must be nil or CausalMask(L, the cache's offset before the write).
 func CachedAttentionRows(q, k, v *mlx.Array, c *cache.KV, scale float32, causal *mlx.Array) *mlx.Array {
 	kh, vh := c.Update(k, v)

@@ -27,7 +27,6 @@ func attentionInputs(dt mlx.DType, hq, hkv, L, T, d int, seed uint64) (q, k, v *
 // float32 rounding: 2e-5 of each row's largest output) and bfloat16 (the
 // inputs rounded, the sums in float32: within one bfloat16 rounding).
 func TestRowsAttentionMatchesTheReference(t *testing.T) {
-	t.Setenv("SPECULA_ROWS_ATTENTION", "1")
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		if !mlx.GPUAvailable() {
 			t.Skip("the few-row attention CUDA kernels need the GPU of a CUDA build")
@@ -72,7 +71,6 @@ func TestRowsAttentionMatchesTheReference(t *testing.T) {
 // decode steps at the same positions (each over the history up to its own
 // slot). Exact speculative decoding in bfloat16 relies on it.
 func TestRowsAttentionRowsIndependentOfL(t *testing.T) {
-	t.Setenv("SPECULA_ROWS_ATTENTION", "1")
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		if !mlx.GPUAvailable() {
 			t.Skip("the few-row attention CUDA kernels need the GPU of a CUDA build")
@@ -97,15 +95,14 @@ func TestRowsAttentionRowsIndependentOfL(t *testing.T) {
 	})
 }
 
-// Off the GPU, or without SPECULA_ROWS_ATTENTION=1 (its default until it
-// is measured), RowsAttention declines and CachedAttentionRows is MLX's
-// attention, transposed.
+// Off the GPU, or with SPECULA_ROWS_ATTENTION=0, RowsAttention declines
+// (and CachedAttentionRows runs MLX's attention).
 func TestRowsAttentionDeclinesWhenOff(t *testing.T) {
-	t.Setenv("SPECULA_ROWS_ATTENTION", "")
+	t.Setenv("SPECULA_ROWS_ATTENTION", "0")
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		q, k, v := attentionInputs(mlx.Float32, 4, 2, 3, 10, 64, 7)
 		if o := nn.RowsAttention(q, k, v, 0.125); o != nil {
-			t.Fatalf("RowsAttention ran with SPECULA_ROWS_ATTENTION unset")
+			t.Fatalf("RowsAttention ran with SPECULA_ROWS_ATTENTION=0")
 		}
 	})
 }
