@@ -51,7 +51,7 @@ func (l *Linear) Forward(x *mlx.Array) *mlx.Array {
 	}
 	var y *mlx.Array
 	if l.Quant.IsZero() {
-		if rowsGEMVFrom > 0 && x.NDim() >= 1 && leadingRows(x) >= rowsGEMVFrom {
+		if from := rowsGEMVFrom.of(x.DType()); from > 0 && x.NDim() >= 1 && leadingRows(x) >= from {
 			y = rowsGEMV(x, l.Weight)
 		}
 		if y == nil {

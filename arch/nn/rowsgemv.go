@@ -193,39 +193,56 @@ const maxGEMVRows = 17
 // SPECULA_ROWS_GEMV=0 turns it off too, as it does in rowsGEMVFrom.
 var rowsGEMVSwitch = NewKernelSwitch("SPECULA_ROWS_GEMV", "nn: the few-row GEMV kernel failed; using MLX's products")
 
-// rowsGEMVFrom is the fewest rows of a bfloat16 or float32 product Linear
-// sends to rowsGEMV (which takes up to maxGEMVRows; 0: none), from
-// SPECULA_ROWS_GEMV, read once. By default (unset, or "verify") 2: every
-// verification (DFlash's 16-token blocks included) and the other few-row
-// products, while a decode step's single row stays on MLX's gemv. "1" sends
-// single rows too; "0" (or any other value) none, leaving MLX's own
-// products (cuBLAS for several rows).
+// rowsGEMVFrom is the fewest rows of a product Linear sends to the few-row
+// kernels (which take up to maxGEMVRows; 0: none), for bfloat16 and for
+// float32 products, from SPECULA_ROWS_GEMV, read once. By default (unset)
+// every bfloat16 product of 1–17 rows — decode steps too — and float32
+// products of 2–17 rows (verifications); "verify" 2 rows or more for both;
+// "1" every row count for both; "0" (or any other value) none, leaving
+// MLX's own products (its gemv for one row, cuBLAS for several).
 //
-// Why the default (docs/PERFORMANCE.md, 2026-12-05, issue 19): on the GPU
-// the kernel streams a product of 8 or 16 rows about as fast as cuBLAS does
-// (H200, GPU time of the Qwen3.5 4B and 27B projections: 0.86–1.11×
-// cuBLAS's at 8 rows, 0.82–1.18× at 16), but MLX records each cuBLAS
-// product into its CUDA graph by stream capture, which costs the host about
-// twice what launching the kernel does (~10 against ~5 µs a product,
-// measured at 4B); a 27B verification holds ~260 of them. Oracle rounds
-// were shorter with the kernel: at depth 7 in 5 of 6 pairs (27B on an H100:
-// 24.3 / 24.1 against 25.5 / 26.0 ms, steps 19.6), at depth 15 by 6–14 % on
-// the mean (H200: 27B 26.1 against 28.6 ms, 4B 11.5 against 12.3; H100: 4B
-// 9.6 against 11.2). "1" is not the default: at one row MLX's gemv streams
-// as fast and costs the host less, and on its own the kernel does not make
-// a verification row's bits a step's (other operations, attention among
-// them, still sum in a row-count-dependent order).
+// Why the kernel for verifications (docs/PERFORMANCE.md, 2026-12-05, issue
+// 19): on the GPU it streams a product of 8 or 16 rows about as fast as
+// cuBLAS does (H200, GPU time of the Qwen3.5 4B and 27B projections:
+// 0.86–1.11× cuBLAS's at 8 rows, 0.82–1.18× at 16), but MLX records each
+// cuBLAS product into its CUDA graph by stream capture, which costs the
+// host about twice what launching the kernel does (~10 against ~5 µs a
+// product, measured at 4B); a 27B verification holds ~260 of them.
+//
+// Why for a bfloat16 decode step too (2026-12-06, fifteenth session): a
+// verification row then has the bits of the step at its position. With
+// the few-row attention (RowsAttention) and the one-launch delta-net step,
+// which keep their rows' bits too, a bfloat16 4B oracle's output equals
+// plain decoding's (6 of 6 runs on an H100, every draft accepted; with
+// MLX's gemv for the step, 6 of 6 differed on near-ties), and the step was
+// not slower (4.18 against 4.34 ms). At one row the kernel streams like
+// MLX's gemv (H200: 27B MLP in 3944 against 3964 GB/s). A float32 step
+// keeps MLX's gemv: the float32 kernel's speed at one row is unmeasured,
+// and float32 near-ties are rare enough that its oracle runs were exact.
 var rowsGEMVFrom = parseRowsGEMV(os.Getenv("SPECULA_ROWS_GEMV"))
 
-// parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVFrom.
-func parseRowsGEMV(v string) int {
-	switch v {
-	case "", "verify":
-		return 2
-	case "1":
-		return 1
+// gemvRows is rowsGEMVFrom's value: the fewest rows per dtype.
+type gemvRows struct{ half, f32 int }
+
+// of returns the fewest rows for products of dtype dt.
+func (g gemvRows) of(dt mlx.DType) int {
+	if dt == mlx.Float32 {
+		return g.f32
 	}
-	return 0
+	return g.half
+}
+
+// parseRowsGEMV maps a SPECULA_ROWS_GEMV value to rowsGEMVFrom.
+func parseRowsGEMV(v string) gemvRows {
+	switch v {
+	case "":
+		return gemvRows{half: 1, f32: 2}
+	case "verify":
+		return gemvRows{half: 2, f32: 2}
+	case "1":
+		return gemvRows{half: 1, f32: 1}
+	}
+	return gemvRows{}
 }
 
 // leadingRows is the number of rows of x [..., K]: the product of every

@@ -112,7 +112,7 @@ const gemvF32Warps = 8
 // products are used from then on, logged once), off the GPU, and with
 // SPECULA_ROWS_GEMV_F32=0. Linear sends it the float32 products that
 // rowsGEMVFrom gives the few-row kernels (by default those of 2–17 rows:
-// every verification).
+// every verification; a step's single row stays on MLX's gemv).
 //
 // Why on (docs/PERFORMANCE.md, H100, 2026-12-06): a float32 verification
 // otherwise multiplies its rows with cuBLAS, which streams 8 rows of the 4B

@@ -138,21 +138,23 @@ func BenchmarkRowsGEMV(b *testing.B) {
 	}
 }
 
-// SPECULA_ROWS_GEMV's values: unset and "verify" two rows or more, "1"
-// every row count, anything else never.
+// SPECULA_ROWS_GEMV's values: unset every bfloat16 row count and float32
+// products of two rows or more, "verify" two rows or more, "1" every row
+// count, anything else never.
 func TestParseRowsGEMV(t *testing.T) {
-	for v, want := range map[string]int{"": 2, "0": 0, "1": 1, "verify": 2, "2": 0, "true": 0, "VERIFY": 0} {
-		if got := parseRowsGEMV(v); got != want {
-			t.Errorf("parseRowsGEMV(%q) = %d, want %d", v, got, want)
+	for v, want := range map[string][2]int{"": {1, 2}, "0": {0, 0}, "1": {1, 1}, "verify": {2, 2}, "2": {0, 0}, "true": {0, 0}, "VERIFY": {0, 0}} {
+		got := parseRowsGEMV(v)
+		if half, f32 := got.of(mlx.BFloat16), got.of(mlx.Float32); half != want[0] || f32 != want[1] || got.of(mlx.Float16) != want[0] {
+			t.Errorf("parseRowsGEMV(%q): from %d rows in bfloat16 and float16, %d in float32; want %d and %d", v, half, f32, want[0], want[1])
 		}
 	}
 }
 
 // Linear sends a bfloat16 product to the few-row kernel exactly when it has
 // rowsGEMVFrom rows or more (up to maxGEMVRows) and to MLX otherwise: by
-// default a decode step's row keeps MLX's gemv bits while 8- and 12-row
-// blocks get the kernel's, and a 20-row one MLX's; with "0" every row count
-// MLX's; on the GPU of a CUDA build.
+// default a decode step's row, 8- and 12-row blocks get the kernel's bits,
+// and a 20-row one MLX's; with "verify" a step's row keeps MLX's gemv; with
+// "0" every row count MLX's; on the GPU of a CUDA build.
 func TestLinearRowsGEMVRows(t *testing.T) {
 	mlxtest.Run(t, func(t *mlxtest.T) {
 		if !mlx.GPUAvailable() {
@@ -168,7 +170,7 @@ func TestLinearRowsGEMVRows(t *testing.T) {
 			env    string
 			rows   int
 			kernel bool
-		}{{"", 1, false}, {"", 8, true}, {"", 12, true}, {"", 20, false}, {"verify", 12, true}, {"1", 1, true}, {"0", 8, false}, {"0", 12, false}} {
+		}{{"", 1, true}, {"", 8, true}, {"", 12, true}, {"", 20, false}, {"verify", 1, false}, {"verify", 12, true}, {"1", 1, true}, {"0", 1, false}, {"0", 8, false}, {"0", 12, false}} {
 			rowsGEMVFrom = parseRowsGEMV(c.env)
 			in := mlx.SliceAxis(x, 1, 0, c.rows)
 			want := mlx.Linear(in, w)
