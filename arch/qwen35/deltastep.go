@@ -23,13 +23,13 @@ import (
 // each of the NW warps advances its RW = Dv / NW state rows, kept in
 // registers over all tokens (specula_delta_row); then the block norms and
 // gates the head's outputs (nn.GatedNormHeader) and writes them. These are
-// the three kernels' own device functions, but inlined into another body
-// the compiler fuses other multiply-adds: the values agree with the three
-// kernels' within float32 rounding (on the H100, from 7 % of the states to
-// half of the float32 outputs differ in their last bits), not bit for bit. What exact speculative decoding needs
-// holds: a token's arithmetic is its own, so a verification's rows have the
-// bits of the decode steps (both run here; longer prefills run the three
-// kernels).
+// the three kernels' own device functions, which round every product and
+// sum as written, so the values are the three kernels' bit for bit (left
+// to the compiler, the inlined body fused other multiply-adds and up to
+// half the values differed in the last bits). And a token's arithmetic is
+// its own, so a verification's rows have the bits of the decode steps, as
+// exact speculative decoding needs (both run here; longer prefills run the
+// three kernels).
 //
 // Inputs are the kernels' (the stacked projection, the convolution tail and
 // taps, the gates' parameters, the state s0 [1, Hv, Dv, Dk] float32, the
