@@ -35,7 +35,7 @@ func (m *Model) deltaMix(g *deltaWeights, x, convState, deltaState *mlx.Array, s
 	// write strength b and decay input a.
 	conv, value := cfg.ConvDim(), cfg.ValueDim()
 	proj := g.in.Forward(x)
-	if o, w, ok := m.deltaStep(g, proj, convState, deltaState, splits, rows); ok {
+	if o, w, ok := m.deltaStep(g, proj, convState, deltaState); ok {
 		return g.out.Forward(o), w
 	}
 	q, k, v, alpha, beta, padded := deltaPrep(cfg, g, proj, convState)

@@ -48,24 +48,22 @@ func TestKernelsCompile(t *testing.T) {
 			})
 			// The three as one launch: the projection's dtype is the
 			// model's, the norm weight float32 (as the checkpoints load it).
-			for _, emit := range []bool{false, true} {
-				t.Run(fmt.Sprintf("delta_step/HV%d/%v-%v-%v/emit=%v", hv, pt, wt, at, emit), func(t *testing.T) {
-					// The gated norm's layout for a row of Dv float32 values
-					// (nn's normLayout): 4 per read, 64 threads, one chunk.
-					mlxtest.CompileCUDA(t, deltaStepKernel, []mlx.DType{pt, pt, wt, at, wt, f32, f32}, mlx.KernelLaunch{
-						OutputDTypes: []mlx.DType{pt, f32, pt},
-						Templates: []mlx.KernelTemplate{
-							{Name: "D", Value: dv}, {Name: "BLOCK", Value: 64}, {Name: "CHUNKS", Value: 1}, {Name: "NREADS", Value: 4},
-							{Name: "EPS", Value: int(math.Float32bits(1e-6))},
-							{Name: "HK", Value: hk}, {Name: "HV", Value: hv}, {Name: "DK", Value: dk}, {Name: "DV", Value: dv},
-							{Name: "KC", Value: 4}, {Name: "NW", Value: deltaStepWarps}, {Name: "EMIT", Value: b2i(emit), Bool: true},
-							{Name: "PT", Value: int(pt)}, {Name: "WT", Value: int(wt)}, {Name: "AT", Value: int(at)}, {Name: "BT", Value: int(wt)},
-							{Name: "NT", Value: int(f32)}, {Name: "OT", Value: int(pt)},
-						},
-						Block: [3]int{32 * deltaStepWarps, 1, 1},
-					})
+			t.Run(fmt.Sprintf("delta_step/HV%d/%v-%v-%v", hv, pt, wt, at), func(t *testing.T) {
+				// The gated norm's layout for a row of Dv float32 values
+				// (nn's normLayout): 4 per read, 64 threads, one chunk.
+				mlxtest.CompileCUDA(t, deltaStepKernel, []mlx.DType{pt, pt, wt, at, wt, f32, f32}, mlx.KernelLaunch{
+					OutputDTypes: []mlx.DType{pt, f32, pt},
+					Templates: []mlx.KernelTemplate{
+						{Name: "D", Value: dv}, {Name: "BLOCK", Value: 64}, {Name: "CHUNKS", Value: 1}, {Name: "NREADS", Value: 4},
+						{Name: "EPS", Value: int(math.Float32bits(1e-6))},
+						{Name: "HK", Value: hk}, {Name: "HV", Value: hv}, {Name: "DK", Value: dk}, {Name: "DV", Value: dv},
+						{Name: "KC", Value: 4}, {Name: "NW", Value: deltaStepWarps},
+						{Name: "PT", Value: int(pt)}, {Name: "WT", Value: int(wt)}, {Name: "AT", Value: int(at)}, {Name: "BT", Value: int(wt)},
+						{Name: "NT", Value: int(f32)}, {Name: "OT", Value: int(pt)},
+					},
+					Block: [3]int{32 * deltaStepWarps, 1, 1},
 				})
-			}
+			})
 		}
 	}
 }
