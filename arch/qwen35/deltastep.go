@@ -29,10 +29,15 @@ import (
 //
 // Only one token: with several, a block works through them one after the
 // other, prepare, advance, norm, each behind a block barrier, with only Hv
-// blocks on the GPU. Measured on an H100 (bf16 Qwen3.5-4B shapes,
-// docs/PERFORMANCE.md, 2026-12-06) a depth-7 verification took 5.66 ms
-// this way and 4.25 ms with the three kernels, which spread the tokens'
-// preparation and norm over the GPU; the step itself is as fast either way.
+// blocks on the GPU. Measured on an H100 (bf16 random weights,
+// docs/PERFORMANCE.md, 2026-12-06): a depth-7 verification of Qwen3.5-4B
+// shapes took 5.58–5.66 ms this way and 4.22 ms with the three kernels,
+// which spread the tokens' preparation and norm over the GPU, while the
+// step kept this launch's advantage (4.15 against 4.54 ms with the three).
+// At 0.8B, where the host's launches rather than the GPU set a round's
+// pace, the three kernels' two extra launches a layer cost more than they
+// save (2.83 against 2.48 ms); a multi-token form that prepares every
+// token before the serial state updates would serve both.
 //
 // Inputs are the kernels' (the stacked projection [1, 1, P], the
 // convolution tail and taps, the gates' parameters, the state s0 [1, Hv,
