@@ -36,8 +36,10 @@ import (
 // step kept this launch's advantage (4.15 against 4.54 ms with the three).
 // At 0.8B, where the host's launches rather than the GPU set a round's
 // pace, the three kernels' two extra launches a layer cost more than they
-// save (2.83 against 2.48 ms); a multi-token form that prepares every
-// token before the serial state updates would serve both.
+// save (2.83 against 2.48 ms). A several-token form that would serve both
+// prepares every token first and norms them together, and gives a head's
+// state rows more warps: here a warp advances 32 rows token after token,
+// where the scan kernel gives each row a warp of its own.
 //
 // Inputs are the kernels' (the stacked projection [1, 1, P], the
 // convolution tail and taps, the gates' parameters, the state s0 [1, Hv,
