@@ -131,3 +131,69 @@ func TestVerificationRowsMatchDecodeSteps(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkDeltaLayer times a delta-net layer's mixer core on the GPU — the
+// one-launch step for one row, the three kernels (preparation, scan with
+// every row's state, gated norm) for one row and for a verification's 8 and
+// 16 — at the value-head counts of Qwen3.5-0.8B, 4B and 27B (16 key heads
+// of 128, Dv 128). Each evaluation holds 24 layers, each with its own state,
+// as a model's forward does, and the metric is µs per layer with MLX's host
+// work included (what a round pays; the GPU alone is less). It is how a
+// change to the step's layout or to the several-row path is judged before
+// a whole-model bench (docs/PERFORMANCE.md, sixteenth session).
+func BenchmarkDeltaLayer(b *testing.B) {
+	const layers = 24
+	for _, hv := range []int{16, 32, 48} {
+		for _, rows := range []int{1, 8, 16} {
+			for _, impl := range []string{"step", "three"} {
+				if impl == "step" && rows > 1 {
+					continue
+				}
+				b.Run(fmt.Sprintf("Hv%d/rows%d/%s", hv, rows, impl), func(b *testing.B) {
+					mlxtest.Run(b, func(t *mlxtest.T) {
+						if !mlx.GPUAvailable() {
+							t.Skip("the delta-net kernels need the GPU of a CUDA build")
+						}
+						cases := make([]deltaStepCase, layers)
+						var inputs []*mlx.Array
+						for i := range cases {
+							c := newDeltaStepCase(16, hv, 128, 128, rows, mlx.BFloat16, uint64(1000+i))
+							cases[i] = c
+							inputs = append(inputs, c.proj, c.tail, c.state, c.g.conv, c.g.negA, c.g.dtBias, c.g.norm)
+						}
+						// Kept across the sweep after each evaluation.
+						mlx.Pin(inputs...)
+						defer mlx.Free(inputs...)
+						t.Eval(inputs...)
+						run := func() {
+							var outs []*mlx.Array
+							for _, c := range cases {
+								if impl == "step" {
+									y, w, ok := c.m.deltaStep(c.g, c.proj, c.tail, c.state)
+									if !ok {
+										b.Fatal("the step kernel did not run")
+									}
+									outs = append(outs, y, w.Delta, w.Conv)
+									continue
+								}
+								y, st, padded := c.threeKernels(t, rows > 1)
+								outs = append(outs, y, st, padded)
+							}
+							if err := mlx.Eval(outs...); err != nil {
+								b.Fatal(err)
+							}
+							mlx.Sweep()
+						}
+						run()
+						b.ResetTimer()
+						for range b.N {
+							run()
+						}
+						b.StopTimer()
+						b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*layers), "µs/layer")
+					})
+				})
+			}
+		}
+	}
+}
