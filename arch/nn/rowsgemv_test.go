@@ -107,7 +107,7 @@ func BenchmarkRowsGEMV(b *testing.B) {
 						defer mlx.Free(append(ws, x)...)
 						t.Eval(append(ws, x)...)
 						next := 0
-						run := func() {
+						t.BenchEvals(func() []*mlx.Array {
 							outs := make([]*mlx.Array, per)
 							for i := range outs {
 								w := ws[next%copies]
@@ -115,20 +115,11 @@ func BenchmarkRowsGEMV(b *testing.B) {
 								if strings.HasPrefix(impl, "mlx") {
 									outs[i] = mlx.Linear(x, w)
 								} else if outs[i] = rowsGEMV(x, w); outs[i] == nil {
-									b.Fatal("the kernel did not run")
+									t.Fatal("the kernel did not run")
 								}
 							}
-							if err := mlx.Eval(outs...); err != nil {
-								b.Fatal(err)
-							}
-							mlx.Sweep()
-						}
-						run()
-						b.ResetTimer()
-						for range b.N {
-							run()
-						}
-						b.StopTimer()
+							return outs
+						})
 						bytes := float64(sh.n) * float64(sh.k) * size * per * float64(b.N)
 						b.ReportMetric(bytes/b.Elapsed().Seconds()/1e9, "GB/s")
 					})

@@ -165,13 +165,13 @@ func BenchmarkDeltaLayer(b *testing.B) {
 						mlx.Pin(inputs...)
 						defer mlx.Free(inputs...)
 						t.Eval(inputs...)
-						run := func() {
+						t.BenchEvals(func() []*mlx.Array {
 							var outs []*mlx.Array
 							for _, c := range cases {
 								if impl == "step" {
 									y, w, ok := c.m.deltaStep(c.g, c.proj, c.tail, c.state)
 									if !ok {
-										b.Fatal("the step kernel did not run")
+										t.Fatal("the step kernel did not run")
 									}
 									outs = append(outs, y, w.Delta, w.Conv)
 									continue
@@ -179,17 +179,8 @@ func BenchmarkDeltaLayer(b *testing.B) {
 								y, st, padded := c.threeKernels(t, rows > 1)
 								outs = append(outs, y, st, padded)
 							}
-							if err := mlx.Eval(outs...); err != nil {
-								b.Fatal(err)
-							}
-							mlx.Sweep()
-						}
-						run()
-						b.ResetTimer()
-						for range b.N {
-							run()
-						}
-						b.StopTimer()
+							return outs
+						})
 						b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*layers), "µs/layer")
 					})
 				})

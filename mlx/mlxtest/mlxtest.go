@@ -147,6 +147,27 @@ func (t *T) Eval(arrays ...*mlx.Array) {
 	}
 }
 
+// BenchEvals is a benchmark's timed loop on the worker: each iteration
+// builds a graph with build, evaluates what it returns and sweeps the scope
+// (so inputs that must survive are pinned). One untimed iteration goes
+// first, for MLX's compilations and traces. t must be a benchmark's.
+func (t *T) BenchEvals(build func() []*mlx.Array) {
+	b, ok := t.TB.(*testing.B)
+	if !ok {
+		panic("mlxtest: BenchEvals outside a benchmark")
+	}
+	run := func() {
+		t.Eval(build()...)
+		mlx.Sweep()
+	}
+	run()
+	b.ResetTimer()
+	for range b.N {
+		run()
+	}
+	b.StopTimer()
+}
+
 // Shape fails the test unless a has the given shape.
 func (t *T) Shape(a *mlx.Array, want ...int) {
 	t.TB.Helper()
