@@ -26,15 +26,9 @@ func BenchmarkMatmul(b *testing.B) {
 					mlx.Pin(x, y)
 					defer mlx.Free(x, y)
 					t.Eval(x, y)
-					t.Eval(mlx.Matmul(x, y)) // warm-up (kernel selection, JIT)
-					b.ResetTimer()
-					for range b.N {
-						if err := mlx.Eval(mlx.Matmul(x, y)); err != nil {
-							b.Fatal(err)
-						}
-						mlx.Sweep()
-					}
-					b.StopTimer()
+					// The untimed first product is the warm-up (kernel
+					// selection, JIT).
+					t.BenchEvals(func() []*mlx.Array { return []*mlx.Array{mlx.Matmul(x, y)} })
 					flops := 2 * float64(n) * float64(n) * float64(n) * float64(b.N)
 					b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				})
@@ -62,14 +56,10 @@ func BenchmarkGatedDeltaScan(b *testing.B) {
 				for i := range bounds {
 					bounds[i] = i + 1
 				}
-				b.ResetTimer()
-				for range b.N {
+				t.BenchEvals(func() []*mlx.Array {
 					out, states := mlx.GatedDeltaScan(in[0], in[1], in[2], in[3], in[4], in[5], bounds)
-					if err := mlx.Eval(append(states, out)...); err != nil {
-						b.Fatal(err)
-					}
-					mlx.Sweep()
-				}
+					return append(states, out)
+				})
 			})
 		})
 	}
@@ -97,13 +87,9 @@ func BenchmarkSDPACPU(b *testing.B) {
 						attend = mlx.SDPAMLX
 					}
 					mask := mlx.AttentionMask{Causal: lq > 1}
-					b.ResetTimer()
-					for range b.N {
-						if err := mlx.Eval(attend(in[0], in[1], in[2], 0.125, mask)); err != nil {
-							b.Fatal(err)
-						}
-						mlx.Sweep()
-					}
+					t.BenchEvals(func() []*mlx.Array {
+						return []*mlx.Array{attend(in[0], in[1], in[2], 0.125, mask)}
+					})
 				})
 			})
 		}

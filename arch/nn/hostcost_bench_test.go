@@ -80,13 +80,9 @@ func BenchmarkNodeHostCost(b *testing.B) {
 							out = body([]*mlx.Array{x, w, c, g})[0]
 						}
 						t1 := time.Now()
-						if err := mlx.AsyncEval(out); err != nil {
-							b.Fatal(err)
-						}
+						t.NoErr(mlx.AsyncEval(out))
 						t2 := time.Now()
-						if err := mlx.Eval(out); err != nil {
-							b.Fatal(err)
-						}
+						t.NoErr(mlx.Eval(out))
 						t3 := time.Now()
 						mlx.Sweep()
 						build += t1.Sub(t0)
