@@ -27,6 +27,8 @@
 #   VARY       the environment switch compared, set to 1 and 0 (default
 #              SPECULA_PIPELINE; SPECULA_SEGMENTS compares the compiled
 #              segments with the layer-by-layer graph)
+#   VALUES     the two values VARY takes (default "1 0", shown as on/off),
+#              e.g. VARY=SPECULA_ROWS_GEMV VALUES="1 verify"
 #   DEPTH      the oracle's depth (default 7)
 #   WARMUP     0 skips the short untimed bench of each mode before the runs
 #   BANDWIDTH  bytes/s of the memory (default: the GPU's, from its name, see
@@ -50,10 +52,13 @@ repeats="${REPEATS:-2}"
 alternate="${ALTERNATE:-2}"
 depth="${DEPTH:-7}"
 vary="${VARY:-SPECULA_PIPELINE}"
+read -r -a values <<< "${VALUES:-1 0}"
+[ ${#values[@]} -eq 2 ] || { echo "bench-gpu-split: VALUES must hold two values, got '${VALUES:-}'" >&2; exit 2; }
 specula_b="${SPECULA_B:-}"
 if [ -n "$specula_b" ]; then
   [ -x "$specula_b" ] || { echo "bench-gpu-split: no specula binary at SPECULA_B='$specula_b'" >&2; exit 2; }
   vary=binary
+  values=(1 0)
 fi
 out="${OUT:-/tmp/specula-split}"
 shapes=("$@")
@@ -62,8 +67,8 @@ mkdir -p "$out"
 python="$(command -v python3 || command -v python)"
 "$specula" --version >&2 || true
 
-# run_mode P ARGS...: specula in mode P — 1 the switch on (or binary A), 0
-# off (or binary B).
+# run_mode P ARGS...: specula in mode P — VARY set to P, or, comparing two
+# binaries, binary A for 1 and B for 0.
 run_mode() {
   local p="$1"
   shift
@@ -97,7 +102,7 @@ PY
   # checkpoint was written ran slower in every phase (the host still busy
   # flushing it; 2026-12-06), and with two runs a mode's median is their mean.
   if [ "${WARMUP:-1}" != 0 ]; then
-    for p in 1 0; do
+    for p in "${values[@]}"; do
       echo "bench-gpu-split: $shape, $vary=$p, warm-up" >&2
       run_mode "$p" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
         --max-tokens 8 --repeats 1 --oracle --depths "$depth" --json --quiet > /dev/null
@@ -105,8 +110,8 @@ PY
   fi
   for ((k = 1; k <= alternate; k++)); do
     # Alternate which mode goes first, so drift weighs on both.
-    modes=(1 0)
-    [ $((k % 2)) -eq 0 ] && modes=(0 1)
+    modes=("${values[0]}" "${values[1]}")
+    [ $((k % 2)) -eq 0 ] && modes=("${values[1]}" "${values[0]}")
     for p in "${modes[@]}"; do
       echo "bench-gpu-split: $shape, $vary=$p, run $k/$alternate" >&2
       run_mode "$p" bench -m "$dir/manifest.toml" --prompts "$dir/prompts.jsonl" \
@@ -120,10 +125,11 @@ PY
 done
 
 bandwidth="${BANDWIDTH:-$("$root/scripts/gpu-bandwidth.sh")}"
-"$python" - "$out" "$dtype" "$layers" "$bandwidth" "$vary" "${shapes[@]}" <<'PY'
+"$python" - "$out" "$dtype" "$layers" "$bandwidth" "$vary" "${values[0]}" "${values[1]}" "${shapes[@]}" <<'PY'
 import json, sys, pathlib, statistics
 out, dtype, layers, bw, vary = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4] or 0), sys.argv[5]
-shapes = sys.argv[6:]
+values = sys.argv[6:8]
+shapes = sys.argv[8:]
 med = statistics.median
 print(f"random Qwen3.5 shapes, {dtype}, layers {'as released' if layers == '0' else layers}; ms are means per step/round after the first token,")
 print("medians over the alternated runs; build = host graph building and token handling, sub = MLX submitting (encoding) kernels, wait = blocked on the device;")
@@ -134,7 +140,7 @@ for shape in shapes:
     d = out / f"{shape}-{dtype}-{layers}"
     sizes = d / "weight-bytes"
     wbytes = int(sizes.read_text().split()[0]) if sizes.exists() else 0
-    for p in ("1", "0"):
+    for p in values:
         runs = [json.loads(f.read_text()) for f in sorted(d.glob(f"bench-{vary}{p}-run*.json"))]
         if not runs:
             continue
@@ -151,7 +157,12 @@ for shape in shapes:
         acc = med([r["oracle"][0].get("mean_acceptance_length", 0) for r in runs])
         step, rnd = hd("plain", "round_ms"), hd("oracle", "round_ms")
         split = lambda m: f"{hd(m, 'build_ms'):.2f}/{hd(m, 'submit_ms'):.2f}/{hd(m, 'wait_ms'):.2f}"
-        mode = ("A" if p == "1" else "B") if vary == "binary" else ("on" if p == "1" else "off")
+        if vary == "binary":
+            mode = "A" if p == "1" else "B"
+        elif values == ["1", "0"]:
+            mode = "on" if p == "1" else "off"
+        else:
+            mode = p
         # Oracle runs whose output was not plain decoding's, of those checked.
         checks = [r["oracle"][0].get("matches_plain") or {} for r in runs]
         differ = f"{sum(c.get('differing', 0) for c in checks)}/{sum(c.get('runs', 0) for c in checks)}"
