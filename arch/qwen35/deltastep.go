@@ -102,7 +102,7 @@ var deltaStepKernel = &mlx.CUDAKernel{
 // Qwen3.5's sizes, 128 floats a thread). A block of 128 threads may use the
 // 255 registers a thread can have (NVRTC for sm_90: 180–200, no spills);
 // 16 warps with 8 rows each needed 148–168, more than the 128 a thread of a
-// 512-thread block may hold, and such a launch fails. useDeltaStep keeps
+// 512-thread block may hold, and such a launch fails. deltaStep keeps
 // the state's share at most 128 floats a thread.
 const deltaStepWarps = 4
 
@@ -118,10 +118,15 @@ var deltaStepSwitch = nn.NewKernelSwitch("SPECULA_DELTA_STEP", "qwen35: the one-
 // kernels off or not taking these operands, a forward of several rows, or
 // a failed launch); deltaMix then runs the three.
 func (m *Model) deltaStep(g *deltaWeights, proj, convState, deltaState *mlx.Array) (*mlx.Array, cache.RecurrentWrite, bool) {
+	// Every verification comes here first: refuse it before any other
+	// check's host work (the norm's layout, the switches' lookups).
+	if proj.Dim(1) != 1 {
+		return nil, cache.RecurrentWrite{}, false
+	}
 	cfg := m.local
 	hk, hv, dk, dv := cfg.LinearKeyHeads, cfg.LinearValueHeads, cfg.LinearKeyDim, cfg.LinearValueDim
 	norm, block, ok := nn.GatedNormRow(dv, g.norm, cfg.RMSNormEps, m.dtype)
-	if !ok || !deltaStepSwitch.On() || proj.Dim(1) != 1 || !useScanKernel(dk) || !useDeltaPrepKernel(cfg, g, proj, convState) ||
+	if !ok || !deltaStepSwitch.On() || !useScanKernel(dk) || !useDeltaPrepKernel(cfg, g, proj, convState) ||
 		deltaState.DType() != mlx.Float32 || hv%hk != 0 || dv%deltaStepWarps != 0 || 32*deltaStepWarps < block ||
 		dv/deltaStepWarps*dk/32 > 128 {
 		return nil, cache.RecurrentWrite{}, false
