@@ -36,10 +36,14 @@ import (
 // step kept this launch's advantage (4.15 against 4.54 ms with the three).
 // At 0.8B, where the host's launches rather than the GPU set a round's
 // pace, the three kernels' two extra launches a layer cost more than they
-// save (2.83 against 2.48 ms). A several-token form that would serve both
-// prepares every token first and norms them together, and gives a head's
-// state rows more warps: here a warp advances 32 rows token after token,
-// where the scan kernel gives each row a warp of its own.
+// save (2.83 against 2.48 ms). A several-token form that prepares every
+// token first, advances the state rows with no barrier between tokens and
+// norms them together was measured too (branch wip/delta-rows, 2026-12-06):
+// 0.8B's round fell to 2.49 ms, but 4B's rose to 5.46 (4.78 with 8 warps)
+// and 27B's to 21.96 against 19.47, since a warp still advances its 32 rows
+// token after token where the scan kernel gives each row a warp. A form
+// that splits a head's rows over several blocks (the last to finish norms)
+// is on that branch, exact on the GPU and not yet measured enough to keep.
 //
 // Inputs are the kernels' (the stacked projection [1, 1, P], the
 // convolution tail and taps, the gates' parameters, the state s0 [1, Hv,
