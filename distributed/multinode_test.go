@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -175,19 +176,29 @@ func TestLaunchAcrossNodesEndsEveryNodeWhenARankDies(t *testing.T) {
 func TestMeetNamesAPeerThatNeverStarts(t *testing.T) {
 	c := loopbackCluster(t, 1, 1)
 	addr := c.MeetAddr()
-	cases := []struct {
-		node int
-		want []string
-	}{
-		{0, []string{"node 0 waited 300ms for node 1 (127.0.0.1): no launcher connected to " + addr, "--node 1 -- …` there"}},
-		{1, []string{"node 1 waited 300ms for node 0 (127.0.0.1): its launcher never answered at " + addr, "--node 0 -- …` there"}},
+	_, err := distributed.Meet(context.Background(), c, 0, "ring", 300*time.Millisecond)
+	for _, w := range []string{"node 0 waited 300ms for node 1 (127.0.0.1): no launcher connected to " + addr, "--node 1 -- …` there"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("node 0: Meet: %v, want %q", err, w)
+		}
 	}
-	for _, tc := range cases {
-		_, err := distributed.Meet(context.Background(), c, tc.node, "ring", 300*time.Millisecond)
-		for _, w := range tc.want {
-			if err == nil || !strings.Contains(err.Error(), w) {
-				t.Errorf("node %d: Meet: %v, want %q", tc.node, err, w)
-			}
+
+	// Node 1 must find nothing at node 0's port for the whole wait: the
+	// port is held bound, so that no test running beside this one can
+	// start listening there (once one did, and node 1's dial was answered,
+	// then reset).
+	for !reservePort(t, c.Port) {
+		c = loopbackCluster(t, 1, 1)
+	}
+	addr = c.MeetAddr()
+	if l, err := net.Listen("tcp4", addr); err == nil {
+		l.Close()
+		t.Fatalf("%s is open to listeners though held bound", addr)
+	}
+	_, err = distributed.Meet(context.Background(), c, 1, "ring", 300*time.Millisecond)
+	for _, w := range []string{"node 1 waited 300ms for node 0 (127.0.0.1): its launcher never answered at " + addr, "--node 0 -- …` there"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("node 1: Meet: %v, want %q", err, w)
 		}
 	}
 }
