@@ -180,6 +180,16 @@ const maxAttentionRows = 32
 // and after a failed launch.
 var rowsAttentionSwitch = NewKernelSwitch("SPECULA_ROWS_ATTENTION", "nn: the few-row attention CUDA kernels failed; using MLX's attention")
 
+// RowsAttentionTakes reports whether RowsAttention would take a block of L
+// query rows as far as the switch and the row count decide (on the GPU,
+// not switched off, 1 to 32 rows). It needs no causal mask, so a forward
+// need not build the one it shares among its layers; where the operands
+// refuse after all, CachedAttentionRows's attention makes its own mask, as
+// it does when none is shared.
+func RowsAttentionTakes(L int) bool {
+	return L >= 1 && L <= maxAttentionRows && rowsAttentionSwitch.On()
+}
+
 // RowsAttention is causal attention of q [1, Hq, L, D], the last L rows
 // written, over the cache history k and v [1, Hkv, T, D] (T ≥ L, views
 // welcome) with the given scale, as two launches: row i sees keys 0 … T−L+i.

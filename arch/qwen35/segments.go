@@ -174,9 +174,10 @@ func (m *Model) forwardSegments(h *mlx.Array, offset int, caches []cache.Cache) 
 	var o, gate *mlx.Array // the attention output the next segment finishes
 	// A block the GPU's attention composes of nodes (a verification, a
 	// draft's block) shares one causal mask among the attention layers
-	// rather than build it in each: at 27B 5 nodes a forward, not 80.
+	// rather than build it in each: at 27B 5 nodes a forward, not 80. Our
+	// few-row attention needs none.
 	var causal *mlx.Array
-	if L >= 2 && L <= mlx.MaxComposedQueries {
+	if L >= 2 && L <= mlx.MaxComposedQueries && !nn.RowsAttentionTakes(L) {
 		causal = nn.CausalMask(L, offset)
 	}
 	var taps []*mlx.Array
