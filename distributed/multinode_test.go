@@ -187,7 +187,10 @@ func TestMeetNamesAPeerThatNeverStarts(t *testing.T) {
 	// port is held bound, so that no test running beside this one can
 	// start listening there (once one did, and node 1's dial was answered,
 	// then reset).
-	for !reservePort(t, c.Port) {
+	for try := 0; !reservePort(t, c.Port); try++ {
+		if try == 10 {
+			t.Fatalf("ten free ports in a row were taken before they could be held (last %d)", c.Port)
+		}
 		c = loopbackCluster(t, 1, 1)
 	}
 	addr = c.MeetAddr()
