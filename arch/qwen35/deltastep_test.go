@@ -136,11 +136,15 @@ func TestVerificationRowsMatchDecodeSteps(t *testing.T) {
 // one-launch step for one row, the three kernels (preparation, scan with
 // every row's state, gated norm) for one row and for a verification's 8 and
 // 16 — at the value-head counts of Qwen3.5-0.8B, 4B and 27B (16 key heads
-// of 128, Dv 128). Each evaluation holds 24 layers, each with its own state,
-// as a model's forward does, and the metric is µs per layer with MLX's host
-// work included (what a round pays; the GPU alone is less). It is how a
-// change to the step's layout or to the several-row path is judged before
-// a whole-model bench (docs/PERFORMANCE.md, sixteenth session).
+// of 128, Dv 128). Each evaluation holds 24 layers, each starting from the
+// state the one before left, so that they run one after the other as a
+// model's do, and the metric is µs per layer with MLX's host work included
+// (what a round pays; the GPU alone is less). It is how a change to the
+// step's layout or to the several-row path is judged before a whole-model
+// bench. (With independent layers, as first written, a form with long
+// blocks won every cell, likely because the GPU overlapped them with the
+// next layers, and still lost in the model: docs/PERFORMANCE.md,
+// seventeenth session.)
 func BenchmarkDeltaLayer(b *testing.B) {
 	const layers = 24
 	for _, hv := range []int{16, 32, 48} {
@@ -166,18 +170,31 @@ func BenchmarkDeltaLayer(b *testing.B) {
 						defer mlx.Free(inputs...)
 						t.Eval(inputs...)
 						t.BenchEvals(func() []*mlx.Array {
+							// Each layer starts from the state the one before
+							// it left, so the GPU runs them one after the
+							// other, as a model's layers (whose inputs are
+							// the layer before's output) run: MLX orders its
+							// graph's nodes only by data, and independent
+							// layers would overlap.
 							var outs []*mlx.Array
+							state := cases[0].state
 							for _, c := range cases {
+								c.state = state
 								if impl == "step" {
 									y, w, ok := c.m.deltaStep(c.g, c.proj, c.tail, c.state)
 									if !ok {
 										t.Fatal("the step kernel did not run")
 									}
 									outs = append(outs, y, w.Delta, w.Conv)
+									state = w.Delta
 									continue
 								}
 								y, st, padded := c.threeKernels(t, rows > 1)
 								outs = append(outs, y, st, padded)
+								state = st
+								if rows > 1 {
+									state = mlx.SliceAxis(st, 0, rows-1, rows)
+								}
 							}
 							return outs
 						})
