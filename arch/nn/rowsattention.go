@@ -199,13 +199,13 @@ func RowsAttentionTakes(L int) bool {
 // 1 to 32 rows, Hq a multiple of Hkv, D a multiple of 32 up to 256, and one
 // float dtype for all three.
 func RowsAttention(q, k, v *mlx.Array, scale float32) *mlx.Array {
-	if !rowsAttentionSwitch.On() || q.NDim() != 4 || k.NDim() != 4 || v.NDim() != 4 {
+	if q.NDim() != 4 || k.NDim() != 4 || v.NDim() != 4 {
 		return nil
 	}
 	hq, L, d := q.Dim(1), q.Dim(2), q.Dim(3)
 	hkv, T := k.Dim(1), k.Dim(2)
 	dt := q.DType()
-	if q.Dim(0) != 1 || k.Dim(0) != 1 || v.Dim(0) != 1 || L < 1 || L > maxAttentionRows || T < L ||
+	if !RowsAttentionTakes(L) || q.Dim(0) != 1 || k.Dim(0) != 1 || v.Dim(0) != 1 || T < L ||
 		d%32 != 0 || d > 256 || k.Dim(3) != d || v.Dim(3) != d || v.Dim(1) != hkv || v.Dim(2) != T ||
 		hkv < 1 || hq%hkv != 0 || !KernelFloat(dt) || k.DType() != dt || v.DType() != dt || !(scale > 0) {
 		return nil
