@@ -174,14 +174,18 @@ func TestLaunchAcrossNodesEndsEveryNodeWhenARankDies(t *testing.T) {
 // A node whose peer never starts ends with an error naming the node it
 // waited for and where, after the start timeout; node 0 the same.
 func TestMeetNamesAPeerThatNeverStarts(t *testing.T) {
-	c := loopbackCluster(t, 1, 1)
-	addr := c.MeetAddr()
-	_, err := distributed.Meet(context.Background(), c, 0, "ring", 300*time.Millisecond)
-	for _, w := range []string{"node 0 waited 300ms for node 1 (127.0.0.1): no launcher connected to " + addr, "--node 1 -- …` there"} {
-		if err == nil || !strings.Contains(err.Error(), w) {
-			t.Errorf("node 0: Meet: %v, want %q", err, w)
+	// meet runs node's launcher alone on c and checks its error says want.
+	meet := func(c *distributed.Cluster, node int, want ...string) {
+		t.Helper()
+		_, err := distributed.Meet(context.Background(), c, node, "ring", 300*time.Millisecond)
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("node %d: Meet: %v, want %q", node, err, w)
+			}
 		}
 	}
+	c := loopbackCluster(t, 1, 1)
+	meet(c, 0, "node 0 waited 300ms for node 1 (127.0.0.1): no launcher connected to "+c.MeetAddr(), "--node 1 -- …` there")
 
 	// Node 1 must find nothing at node 0's port for the whole wait: the
 	// port is held bound, so that no test running beside this one can
@@ -193,17 +197,12 @@ func TestMeetNamesAPeerThatNeverStarts(t *testing.T) {
 		}
 		c = loopbackCluster(t, 1, 1)
 	}
-	addr = c.MeetAddr()
+	addr := c.MeetAddr()
 	if l, err := net.Listen("tcp4", addr); err == nil {
 		l.Close()
 		t.Fatalf("%s is open to listeners though held bound", addr)
 	}
-	_, err = distributed.Meet(context.Background(), c, 1, "ring", 300*time.Millisecond)
-	for _, w := range []string{"node 1 waited 300ms for node 0 (127.0.0.1): its launcher never answered at " + addr, "--node 0 -- …` there"} {
-		if err == nil || !strings.Contains(err.Error(), w) {
-			t.Errorf("node 1: Meet: %v, want %q", err, w)
-		}
-	}
+	meet(c, 1, "node 1 waited 300ms for node 0 (127.0.0.1): its launcher never answered at "+addr, "--node 0 -- …` there")
 }
 
 // Launchers given different backends (or files) refuse to start together,
