@@ -42,8 +42,11 @@ import (
 // 0.8B's round fell to 2.49 ms, but 4B's rose to 5.46 (4.78 with 8 warps)
 // and 27B's to 21.96 against 19.47, since a warp still advances its 32 rows
 // token after token where the scan kernel gives each row a warp. A form
-// that splits a head's rows over several blocks (the last to finish norms)
-// is on that branch, exact on the GPU and not yet measured enough to keep.
+// that splits a head's rows over four blocks (the last to arrive norms,
+// counted in per layer) was exact on the GPU and no faster than the three
+// kernels (same branch; 4B 4.60 against 4.46 ms, 27B 20.00 against 19.28,
+// 0.8B within the host's spread): each block prepares every row itself and
+// one block a head norms them all.
 //
 // Inputs are the kernels' (the stacked projection [1, 1, P], the
 // convolution tail and taps, the gates' parameters, the state s0 [1, Hv,

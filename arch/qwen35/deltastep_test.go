@@ -144,7 +144,8 @@ func TestVerificationRowsMatchDecodeSteps(t *testing.T) {
 // bench. (With independent layers, as first written, a form with long
 // blocks won every cell, likely because the GPU overlapped them with the
 // next layers, and still lost in the model: docs/PERFORMANCE.md,
-// seventeenth session.)
+// seventeenth session. Chained, the split-head form tied or lost at 8 and
+// 16 rows, as it did in the model: eighteenth session.)
 func BenchmarkDeltaLayer(b *testing.B) {
 	const layers = 24
 	for _, hv := range []int{16, 32, 48} {
