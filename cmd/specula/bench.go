@@ -170,12 +170,14 @@ func runBench(e *env, args []string) int {
 		res.Plain, res.Speculative = plain.result(), new(modeResult)
 		*res.Speculative = spec.result()
 		res.Speculative.speedupOver(&plain, &spec)
+		res.Speculative.idealOver(res.Plain)
 		if greedy {
 			res.Speculative.compareOutputs(&plain, &spec, len(prompts))
 		}
 		for _, m := range modes[2:] {
 			r := m.result()
 			r.speedupOver(&plain, m)
+			r.idealOver(res.Plain)
 			if greedy {
 				r.compareOutputs(&plain, m, len(prompts))
 			}
@@ -203,8 +205,7 @@ func runBench(e *env, args []string) int {
 			m.Depth = d
 			m.speedupOver(&plain, &o)
 			m.compareOutputs(&plain, &o, len(prompts))
-			// All d drafts are accepted: each round commits d+1 tokens.
-			m.IdealSpeedup = ratio(float64(d+1)*res.Plain.RoundMS.Median, m.RoundMS.Median)
+			m.idealOver(res.Plain)
 			res.Oracle = append(res.Oracle, m)
 		}
 	}
@@ -641,6 +642,16 @@ func (r *modeResult) speedupOver(plain, m *benchMode) {
 		}
 		g.Speedup = spreadOf(group).Median
 	}
+}
+
+// idealOver sets r's ideal speedup: the rate r would reach if its rounds
+// were all it cost, each emitting its mean acceptance length of tokens in
+// its median round time, against plain's median step — acceptance length ×
+// plain step / round. A speedup well below it is time spent outside the
+// rounds (the first token, emitting, scheduling). For the oracle, whose
+// drafts all pass, the acceptance length is depth + 1.
+func (r *modeResult) idealOver(plain modeResult) {
+	r.IdealSpeedup = ratio(r.MeanAcceptanceLength*plain.RoundMS.Median, r.RoundMS.Median)
 }
 
 // bootstrapResamples is the number of resamples medianCI draws: enough for

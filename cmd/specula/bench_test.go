@@ -55,10 +55,16 @@ func TestSpeedupOverPairedRuns(t *testing.T) {
 func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 	m := fixtureManifest(t, "dflash-tiny")
 	var out struct {
-		Prompts     int                `json:"prompts"`
-		Plain       struct{ Runs int } `json:"plain"`
+		Prompts int `json:"prompts"`
+		Plain   struct {
+			Runs    int    `json:"runs"`
+			RoundMS spread `json:"round_ms"`
+		} `json:"plain"`
 		Speculative struct {
 			Runs    int     `json:"runs"`
+			RoundMS spread  `json:"round_ms"`
+			Accept  float64 `json:"mean_acceptance_length"`
+			Ideal   float64 `json:"ideal_speedup"`
 			Speedup float64 `json:"speedup_over_plain"`
 			Spread  struct {
 				Pairs       int     `json:"pairs"`
@@ -77,6 +83,13 @@ func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 		*sp.WithinNoise != (sp.Low <= 1 && sp.High >= 1) {
 		t.Fatalf("bench result %+v", out)
 	}
+	// The ideal is the rate of rounds alone: acceptance length × plain
+	// step / round, from the report's own medians.
+	sc := out.Speculative
+	if want := sc.Accept * out.Plain.RoundMS.Median / sc.RoundMS.Median; sc.Accept < 1 || math.Abs(sc.Ideal-want) > 1e-9*want {
+		t.Fatalf("ideal_speedup %v, want acceptance %v × plain round %v ms / round %v ms = %v",
+			sc.Ideal, sc.Accept, out.Plain.RoundMS.Median, sc.RoundMS.Median, want)
+	}
 	// Greedy (the fixture's default): every speculative run was checked
 	// against its plain pair, and on the CPU in float32 all are equal.
 	if c := out.Speculative.MatchesPlain; c == nil || *c != (outputCheck{Runs: 10}) {
@@ -90,6 +103,31 @@ func TestE2EBenchReportsTheSpeedupSpread(t *testing.T) {
 	}
 	if strings.Contains(stdout, "matches_plain") {
 		t.Fatalf("a sampled bench reports matches_plain: %s", stdout)
+	}
+}
+
+// The ideal speedup is acceptance length × plain step / round (issue 19's
+// measure of what a round's cost leaves of the acceptance), by hand: 3.15
+// tokens a 5.18 ms round against 2.63 ms steps is 1.5993×; a mode that
+// never drafted, or a plain run without rounds, has none.
+func TestIdealSpeedup(t *testing.T) {
+	plain := modeResult{RoundMS: spread{Median: 2.63}}
+	cases := []struct {
+		name  string
+		r     modeResult
+		plain modeResult
+		want  float64
+	}{
+		{"a draft", modeResult{MeanAcceptanceLength: 3.15, RoundMS: spread{Median: 5.18}}, plain, 1.5993243243},
+		{"the oracle at depth 7", modeResult{MeanAcceptanceLength: 8, RoundMS: spread{Median: 4.22}}, modeResult{RoundMS: spread{Median: 4.15}}, 7.8672985782},
+		{"no drafting round", modeResult{RoundMS: spread{Median: 2.7}}, plain, 0},
+		{"no round time", modeResult{MeanAcceptanceLength: 2}, plain, 0},
+	}
+	for _, c := range cases {
+		c.r.idealOver(c.plain)
+		if math.Abs(c.r.IdealSpeedup-c.want) > 1e-9 {
+			t.Errorf("%s: ideal %v, want %v", c.name, c.r.IdealSpeedup, c.want)
+		}
 	}
 }
 
