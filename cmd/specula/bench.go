@@ -648,8 +648,8 @@ func (r *modeResult) speedupOver(plain, m *benchMode) {
 // were all it cost, each emitting its mean acceptance length of tokens in
 // its median round time, against plain's median step — acceptance length ×
 // plain step / round. A speedup well below it is time spent outside the
-// rounds (the first token, emitting, scheduling). For the oracle, whose
-// drafts all pass, the acceptance length is depth + 1.
+// rounds (the first token, emitting, scheduling). Where every draft passes
+// (an exact oracle) the acceptance length is depth + 1.
 func (r *modeResult) idealOver(plain modeResult) {
 	r.IdealSpeedup = ratio(r.MeanAcceptanceLength*plain.RoundMS.Median, r.RoundMS.Median)
 }
