@@ -91,7 +91,7 @@ fi
 python3 - "$out" $( (for m in $manifests; do basename "$m" .toml; done; [ "$plugins" = none ] || echo go-tiny-ngram) ) <<'PY'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
-print(f"{'draft':<16} {'mode':<12} {'tok/s':>8} {'speedup':>8} {'accept':>7}  loop split (runs: accept len)")
+print(f"{'draft':<16} {'mode':<12} {'tok/s':>8} {'speedup':>8} {'ideal':>7} {'accept':>7}  loop split (runs: accept len)")
 for name in names:
     r = json.load(open(f"{out}/{name}.json"))
     rows = [r["plain"]] + ([r["speculative"]] if r.get("speculative") else []) + r.get("sweep", [])
@@ -106,6 +106,8 @@ for name in names:
         if mp:
             split += f"; output differs from plain in {mp['differing']} of {mp['runs']} runs"
         speed = f"{m['speedup_over_plain']:.2f}x" if m.get("speedup_over_plain") else "-"
+        # ideal: acceptance length × plain step / round, the rate of the rounds alone.
+        ideal = f"{m['ideal_speedup']:.2f}x" if m.get("ideal_speedup") else "-"
         accept = f"{m['mean_acceptance_length']:.2f}" if m.get("mean_acceptance_length") else "-"
-        print(f"{name:<16} {m['mode']:<12} {m['tokens_per_second']['median']:>8.1f} {speed:>8} {accept:>7}  {split}")
+        print(f"{name:<16} {m['mode']:<12} {m['tokens_per_second']['median']:>8.1f} {speed:>8} {ideal:>7} {accept:>7}  {split}")
 PY

@@ -644,14 +644,18 @@ func (r *modeResult) speedupOver(plain, m *benchMode) {
 	}
 }
 
-// idealOver sets r's ideal speedup: the rate r would reach if its rounds
-// were all it cost, each emitting its mean acceptance length of tokens in
-// its median round time, against plain's median step — acceptance length ×
-// plain step / round. A speedup well below it is time spent outside the
-// rounds (the first token, emitting, scheduling). Where every draft passes
-// (an exact oracle) the acceptance length is depth + 1.
+// idealOver sets r's ideal speedup: the rate r would reach if every
+// iteration were one of its drafting rounds, each emitting the mean
+// acceptance length of tokens in a drafting round's mean time (drafting,
+// verifying and the host's overhead up to the next round), against plain's
+// median step — acceptance length × plain step / round. A speedup well
+// below it is time spent elsewhere: the first token, or plain steps an
+// adaptive controller chose where drafting would have paid (r's RoundMS
+// counts those too, which is why it is not the round used here). Where
+// every draft passes (an exact oracle) the acceptance length is depth + 1.
 func (r *modeResult) idealOver(plain modeResult) {
-	r.IdealSpeedup = ratio(r.MeanAcceptanceLength*plain.RoundMS.Median, r.RoundMS.Median)
+	round := r.DraftMSPerRound + r.VerifyMSPerRound + r.OverheadMSPerRound
+	r.IdealSpeedup = ratio(r.MeanAcceptanceLength*plain.RoundMS.Median, round)
 }
 
 // bootstrapResamples is the number of resamples medianCI draws: enough for
