@@ -106,7 +106,7 @@ for name in names:
         if mp:
             split += f"; output differs from plain in {mp['differing']} of {mp['runs']} runs"
         speed = f"{m['speedup_over_plain']:.2f}x" if m.get("speedup_over_plain") else "-"
-        # ideal: acceptance length × plain step / round, the rate of the rounds alone.
+        # ideal: acceptance length × plain step / drafting round, the rate of the rounds alone.
         ideal = f"{m['ideal_speedup']:.2f}x" if m.get("ideal_speedup") else "-"
         accept = f"{m['mean_acceptance_length']:.2f}" if m.get("mean_acceptance_length") else "-"
         print(f"{name:<16} {m['mode']:<12} {m['tokens_per_second']['median']:>8.1f} {speed:>8} {ideal:>7} {accept:>7}  {split}")
