@@ -69,7 +69,8 @@ python="$(command -v python3 || command -v python)"
 "$specula" --version >&2 || true
 # The host sets much of a step's pace (graph building, submission), and
 # leases of one GPU kind differ in it: the table names the host and its load.
-load_start="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
+load_start="$(loadavg)"
 
 # run_mode P ARGS...: specula in mode P — VARY set to P, or, comparing two
 # binaries, binary A for 1 and B for 0.
@@ -131,7 +132,7 @@ done
 bandwidth="${BANDWIDTH:-$("$root/scripts/gpu-bandwidth.sh")}"
 gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)"
 cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)"
-echo "host: ${gpu:-no NVIDIA GPU}; ${cpu:-CPU unknown}, $(nproc) cores; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?') at the end"
+echo "host: ${gpu:-no NVIDIA GPU}; ${cpu:-CPU unknown}, $(nproc) cores; load average $load_start at the start, $(loadavg) at the end"
 "$python" - "$out" "$dtype" "$layers" "$bandwidth" "$vary" "${values[0]}" "${values[1]}" "${shapes[@]}" <<'PY'
 import json, sys, pathlib, statistics
 out, dtype, layers, bw, vary = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4] or 0), sys.argv[5]
